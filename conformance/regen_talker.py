@@ -1,0 +1,69 @@
+"""Writes the talker goldens (golden/talker/streams.json) from the independent oracle.
+
+    python -m conformance.regen_talker [OUT_PATH]
+
+The only writer of golden/talker. The oracle (reference/oracle.py: transformers' Qwen3, eager
+float32, the contract read literally) shares no step code with the vLLM talker. Goldens are greedy;
+each records its smallest top-1/top-2 logit margin, so a reader sees how decisive it is.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from pathlib import Path
+
+import torch
+import transformers
+
+from conformance import talker_cases
+from fixtures.cache import cached_checkpoint
+from fixtures.checkpoint import checkpoint_digest
+from reference.oracle import OracleTalker
+from reference.speech import SpeechAPI
+
+
+def build_goldens() -> dict:
+    doc = talker_cases.load_prompts()
+    spec = doc["checkpoint"]
+    checkpoint = cached_checkpoint(spec["size"], spec["seed"])
+    oracle = OracleTalker(checkpoint)
+    prompter = SpeechAPI(engine=None, checkpoint=checkpoint, runner="v1")
+    streams = {}
+    for prompt in doc["prompts"]:
+        request = talker_cases.speech_request(prompt, doc["max_tokens"])
+        talker_prompt = prompter.prompt(request)
+        result = oracle.generate(talker_prompt, max_steps=doc["max_tokens"])
+        streams[prompt["id"]] = {
+            "prompt_len": len(talker_prompt.token_ids),
+            "rows": result.rows,
+            "lm_tokens": result.lm_tokens,
+            "finished": result.finished,
+            "min_margin": round(result.min_margin, 4),
+        }
+    return {
+        "tolerance": "exact: every row of 8 codes and every LM token equal",
+        "provenance": {
+            "generator": "reference.oracle.OracleTalker (transformers Qwen3Model, eager, float32, CPU)",
+            "sampling": "greedy",
+            "checkpoint": {**spec, "sha256": checkpoint_digest(checkpoint)},
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "transformers": transformers.__version__},
+            "command": "tox -e regen",
+        },
+        "streams": streams,
+    }
+
+
+def main(out_path: str | Path = talker_cases.GOLDEN_PATH) -> None:
+    goldens = build_goldens()
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(goldens, indent=1, sort_keys=True) + "\n")
+    for pid, s in goldens["streams"].items():
+        print(f"{pid}: {len(s['rows'])} rows, finished={s['finished']}, min margin {s['min_margin']}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,84 @@
+"""The main job: run the conformance suite against the installed vLLM and print a per-area report.
+
+    python -m conformance.report [pytest args...]
+
+An area is one conformance module (conformance/test_<area>.py). The report names the vLLM
+version, the platform, the runners this platform can run, the weights in use, and per area the
+passed / failed / skipped counts with every distinct skip reason and failure.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from conformance.environment import REAL_CHECKPOINT_ENV
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class AreaCollector:
+    def __init__(self):
+        self.counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.notes: dict[str, set[str]] = defaultdict(set)
+
+    @staticmethod
+    def _area(nodeid: str) -> str:
+        return Path(nodeid.split("::")[0]).stem.removeprefix("test_")
+
+    def pytest_runtest_logreport(self, report):
+        area = self._area(report.nodeid)
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            outcome = report.outcome
+            self.counts[area][outcome] += 1
+            if report.skipped:
+                reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+                self.notes[area].add(f"skipped: {reason.removeprefix('Skipped: ')}")
+            elif report.failed:
+                message = str(report.longrepr).strip().splitlines()[-1]
+                self.notes[area].add(f"FAILED {report.nodeid.split('::', 1)[-1]}: {message}")
+
+
+def environment_lines() -> list[str]:
+    import torch
+    import vllm
+
+    if torch.cuda.is_available():
+        platform, runners = f"cuda ({torch.cuda.get_device_name(0)})", "v1, v2"
+    else:
+        platform, runners = "cpu", "v1 (V2 needs Triton: no CPU backend)"
+    real = os.environ.get(REAL_CHECKPOINT_ENV)
+    weights = f"real checkpoint {real}" if real else f"dummy (tiny, seed 0); real: set {REAL_CHECKPOINT_ENV}"
+    return [
+        f"vLLM      {vllm.__version__} (torch {torch.__version__})",
+        f"platform  {platform}",
+        f"runners   {runners}",
+        f"weights   {weights}",
+    ]
+
+
+def main(args: list[str]) -> int:
+    collector = AreaCollector()
+    code = pytest.main(["-q", "-p", "no:cacheprovider", str(ROOT / "conformance"), *args], plugins=[collector])
+    print("\n== Higgs Audio v3 conformance report ==")
+    for line in environment_lines():
+        print(line)
+    total = defaultdict(int)
+    for area in sorted(collector.counts):
+        counts = collector.counts[area]
+        for k, v in counts.items():
+            total[k] += v
+        print(f"\n[{area}] passed {counts['passed']}, failed {counts['failed']}, skipped {counts['skipped']}")
+        for note in sorted(collector.notes[area]):
+            print(f"  - {note}")
+    verdict = "GREEN" if code == 0 and not total["failed"] else "RED"
+    print(f"\n{verdict}: passed {total['passed']}, failed {total['failed']}, skipped {total['skipped']}")
+    return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,84 @@
+"""Profile chains, platform sections, overrides and YAML anchors (cases/profiles/overlays.yaml)."""
+
+from dataclasses import asdict
+
+import pytest
+
+from conformance.deploy_cases import cases, fill, load_file
+from reference.deploy_profiles import load_yaml, merge_chain, load_chain, resolve_deployment
+
+pytestmark = pytest.mark.cpu
+
+
+def _get(tree, dotted):
+    node = tree
+    for part in dotted.split("."):
+        node = node[int(part)] if isinstance(node, dict) and part.isdigit() and int(part) in node else node[part]
+    return node
+
+
+def _write(directory, files):
+    base = load_file("overlays.yaml")["base"]
+    (directory / "base.yaml").write_text(base)
+    for name, text in files.items():
+        (directory / name).write_text(text)
+
+
+@pytest.mark.parametrize("case", cases("overlays.yaml"))
+def test_overlay_case(case, tmp_path):
+    _write(tmp_path, case["files"])
+    case = fill(case, str(tmp_path))
+    profile = tmp_path / case["profile"]
+    if "error" in case:
+        with pytest.raises(ValueError) as info:
+            resolve_deployment(profile, case["platform"], case.get("overrides"))
+        assert str(info.value) == case["error"]
+        return
+    d = resolve_deployment(profile, case["platform"], case.get("overrides"))
+    tree = dict(d.config, codec=asdict(d.geometry))
+    for key, value in case["expect"].get("values", {}).items():
+        assert _get(tree, key) == value, key
+    for key, origin in case["expect"].get("origins", {}).items():
+        assert d.origins[key] == origin, key
+
+
+def _at(doc, path):
+    for part in path:
+        doc = doc[part]
+    return doc
+
+
+@pytest.mark.parametrize("case", cases("overlays.yaml", "anchor_cases"))
+def test_anchor_aliases_are_independent(case, tmp_path):
+    path = tmp_path / "anchors.yaml"
+    path.write_text(case["file"])
+    doc = load_yaml(path)
+    before = [repr(_at(doc, p)) for p in case["same_anchor"]]
+    target = _at(doc, case["mutate"])
+    if isinstance(target, list):
+        target.append(999)
+    else:
+        target["mutated"] = True
+    assert [repr(_at(doc, p)) for p in case["same_anchor"]] == before
+
+
+def test_anchor_aliases_are_independent_after_merge_and_resolution(tmp_path):
+    (tmp_path / "base.yaml").write_text(load_file("overlays.yaml")["base"])
+    (tmp_path / "p.yaml").write_text(
+        "base_config: base.yaml\n"
+        "x-sizes: &sizes [1, 2, 4]\n"
+        "cudagraph_capture_sizes: *sizes\n"
+        "platforms: {cpu: {cudagraph_capture_sizes: *sizes}, xpu: {cudagraph_capture_sizes: *sizes}}\n"
+    )
+    merged = merge_chain(load_chain(tmp_path / "p.yaml"))
+    merged[("cudagraph_capture_sizes",)][0].append(8)
+    assert merged[("platforms", "cpu", "cudagraph_capture_sizes")][0] == [1, 2, 4]
+    assert merged[("platforms", "xpu", "cudagraph_capture_sizes")][0] == [1, 2, 4]
+    d = resolve_deployment(tmp_path / "p.yaml", "cuda")
+    d.config["cudagraph_capture_sizes"].append(8)
+    assert d.engine_kwargs["compilation_config"]["cudagraph_capture_sizes"] == [1, 2, 4]
+    d.stages[1]["device"] = "changed"
+    assert d.config["stages"][1]["device"] == "cuda:0"
+    d.connectors["talker_to_code2wav"]["transport"] = "changed"
+    assert d.config["connectors"]["talker_to_code2wav"]["transport"] == "in_process"
+    assert resolve_deployment(tmp_path / "p.yaml", "cpu").config["cudagraph_capture_sizes"] == [1, 2, 4]

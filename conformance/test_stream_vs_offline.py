@@ -1,0 +1,63 @@
+"""Streamed code2wav against the offline decode, per geometry (conformance/cases/codec/streaming.yaml)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from conformance import codec_cases
+from fixtures.codec_instances import fixture_codec, one_torch_thread
+from reference.stream_geometry import StreamGeometry
+from reference.streaming import DEFAULT_GEOMETRY, agreement, stitched_stream
+
+pytestmark = pytest.mark.cpu
+
+DOC = codec_cases.load_yaml("streaming.yaml")
+GEOMETRIES = {g["id"]: g for g in DOC["geometries"]}
+EXPECTS = ("meets_bound", "violates_bound", "report")
+CODECS = [
+    pytest.param(c, id=c["size"], marks=[pytest.mark.slow] if c.get("slow") else [])
+    for c in DOC["codecs"]
+]
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    with one_torch_thread():
+        yield
+
+
+@functools.lru_cache(maxsize=2)
+def offline(size: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    codes = torch.from_numpy(codec_cases.build_codes(DOC["codes"]))  # [8, T]
+    return codes, fixture_codec(size, seed).decode(codes)  # [T * 960]
+
+
+def test_streaming_cases_are_well_formed():
+    assert len(GEOMETRIES) == len(DOC["geometries"]), "geometry ids repeat"
+    for g in DOC["geometries"]:
+        assert g["expect"] in EXPECTS and g["description"], g["id"]
+        StreamGeometry(**g["geometry"])
+    assert StreamGeometry(**GEOMETRIES["default"]["geometry"]) == DEFAULT_GEOMETRY
+    assert {g["expect"] for g in DOC["geometries"]} >= {"meets_bound", "violates_bound"}
+
+
+@pytest.mark.parametrize("codec_spec", CODECS)
+@pytest.mark.parametrize("geometry_id", list(GEOMETRIES))
+def test_stream_vs_offline(codec_spec, geometry_id):
+    case, bound = GEOMETRIES[geometry_id], DOC["bound"]
+    codes, reference = offline(codec_spec["size"], int(codec_spec["seed"]))
+    geometry = StreamGeometry(**case["geometry"])
+    stream = stitched_stream(fixture_codec(codec_spec["size"], int(codec_spec["seed"])), codes, geometry)
+    result = agreement(stream, reference)
+    g = geometry
+    print(f"stream-vs-offline {codec_spec['size']} {geometry_id} "
+          f"({g.first_chunk_frames}/{g.chunk_frames}/{g.left_context_frames}/{g.right_holdback_frames}): {result}")
+    meets = result.snr_db >= bound["min_snr_db"] and result.max_abs_err <= bound["max_abs_err"]
+    if case["expect"] == "meets_bound":
+        limit = f"bound SNR >= {bound['min_snr_db']} dB, max abs err <= {bound['max_abs_err']}"
+        assert meets, f"{geometry_id}: {result}; {limit}"
+    elif case["expect"] == "violates_bound":
+        assert not meets, f"{geometry_id} should miss the bound (the check cannot fail otherwise): {result}"

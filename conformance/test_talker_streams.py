@@ -1,0 +1,48 @@
+"""Greedy code streams of the talker on a real vLLM engine equal the oracle's goldens, token for
+token: one request, concurrent requests of mixed lengths, voice clone, a prompt longer than the
+prefill chunk, and preemption (tiny KV cache) that must not change the codes.
+
+Runner variants: V1 everywhere; V2 eager and V2 with CUDA graphs on a GPU (on a CPU they skip:
+the platform matrix pins V1 there).
+"""
+
+import pytest
+
+from conformance import talker_cases
+from conformance.engines import EnginePool, preemptions, runner_params
+
+pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine]
+
+PROMPTS = talker_cases.load_prompts()
+RUNS = talker_cases.load_engine_runs()
+GOLDENS = talker_cases.load_goldens()
+PROMPT_BY_ID = {p["id"]: p for p in PROMPTS["prompts"]}
+# Runner variant -> engine arguments it adds.
+VARIANTS = {"v1": {"enforce_eager": True}, "v2-eager": {"enforce_eager": True}, "v2-graphs": {"enforce_eager": False}}
+
+
+@pytest.fixture(scope="module")
+def pool():
+    engines = EnginePool()
+    yield engines
+    engines.close()
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("variant", runner_params(VARIANTS))
+@pytest.mark.parametrize("run", RUNS["runs"], ids=lambda r: r["id"])
+def test_greedy_streams_equal_oracle_goldens(run, variant, pool):
+    engine = RUNS["engines"][run["engine"]]
+    api = pool.get(variant.split("-")[0], {**engine["args"], **VARIANTS[variant]})
+    before = preemptions(api)
+    for batch in run["batches"]:
+        requests = [talker_cases.speech_request(PROMPT_BY_ID[p], PROMPTS["max_tokens"]) for p in batch]
+        for pid, result in zip(batch, api.generate(requests)):
+            golden = GOLDENS["streams"][pid]
+            assert len(result.rows) == len(golden["rows"]), f"{pid}: row count"
+            for i, (got, want) in enumerate(zip(result.rows, golden["rows"])):
+                assert got == want, f"{pid}: first difference at audio row {i}"
+            assert result.lm_tokens == golden["lm_tokens"], f"{pid}: LM tokens"
+            assert result.finish_reason == ("stop" if golden["finished"] else "length")
+    if engine.get("expect_preemption"):
+        assert preemptions(api) > before, "the tiny KV cache did not force a preemption: the case tests nothing"

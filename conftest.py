@@ -1,0 +1,26 @@
+"""Suite-wide pytest setup: platform skips with reasons that say what to set or run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conformance.environment import REAL_CHECKPOINT_ENV, has_cuda
+
+# CPU engines: a small KV cache unless the caller chose one (vLLM reads it in the worker).
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda = has_cuda()
+    real = os.environ.get(REAL_CHECKPOINT_ENV)
+    for item in items:
+        if "gpu" in item.keywords and not cuda:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU with vLLM: run `tox -e gpu` on a GPU machine"))
+        if "real_weights" in item.keywords and not real:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"needs the real checkpoint: set {REAL_CHECKPOINT_ENV}=/path/to/higgs-audio-v3-tts-4b"
+                )
+            )

@@ -1,0 +1,52 @@
+"""Starting vLLM engines for the talker, with the runner chosen explicitly.
+
+`VLLM_USE_V2_MODEL_RUNNER` is always set ("1" for V2, "0" for V1): unset, vLLM picks a runner by
+itself (and on 0.26 silently falls back to V1 for some settings); the talker's worker then checks
+that the runner vLLM built is the one asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+TALKER_ENGINE_ARGS = {
+    "skip_tokenizer_init": True,  # the speech API tokenizes; the engine only sees token ids
+    "worker_cls": "reference.worker.TalkerWorker",
+    "seed": 0,
+}
+
+
+def engine_kwargs(checkpoint: str | Path, runner: str, **overrides) -> dict:
+    if runner not in ("v1", "v2"):
+        raise ValueError(f"runner must be 'v1' or 'v2', got {runner!r}")
+    return {"model": str(checkpoint), **TALKER_ENGINE_ARGS, **overrides}
+
+
+def select_runner(runner: str) -> None:
+    os.environ[RUNNER_ENV] = "1" if runner == "v2" else "0"
+
+
+def start_llm(checkpoint: str | Path, runner: str, **overrides):
+    """A synchronous `vllm.LLM` running the talker under `runner` ('v1' or 'v2')."""
+    from vllm import LLM
+
+    kwargs = engine_kwargs(checkpoint, runner, **overrides)
+    select_runner(runner)
+    return LLM(**kwargs)
+
+
+def start_async_llm(checkpoint: str | Path, runner: str, **overrides):
+    """A `vllm.v1.engine.async_llm.AsyncLLM` (engine core in its own process)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    kwargs = engine_kwargs(checkpoint, runner, **overrides)
+    select_runner(runner)
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+
+
+def built_runners(llm) -> list[str]:
+    """The runner each worker really built ('v1'/'v2'), asked from the workers themselves."""
+    return list(llm.collective_rpc("talker_runner_kind"))

@@ -1,0 +1,87 @@
+"""The speech API over a talker engine: text (and optional reference audio codes) in, codes and
+PCM out; offline with `LLM`, streaming with `AsyncLLM`, where closing the stream aborts it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer
+from vllm.inputs import TokensPrompt
+
+from reference import code_channel, prompts
+from reference.delay_pattern import rows_to_frames
+from reference.sampling_validation import validate_sampling_params
+from reference.special_tokens import special_ids
+from reference.talker_step import N
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    text: str
+    ref_codes: Sequence[Sequence[int]] | None = None  # [8, T] codec codes of the reference audio
+    ref_text: str | None = None
+    sampling: dict = field(default_factory=dict)  # temperature, top_p, top_k, seed, max_tokens
+
+
+@dataclass
+class SpeechResult:
+    rows: list[list[int]]  # delay-pattern rows as generated [num_rows, 8]
+    lm_tokens: list[int]
+    finish_reason: str | None
+
+    @property
+    def frames(self) -> torch.Tensor:
+        """Real codec frames: rows reverted, frames holding BOC/EOC dropped. [8, T]"""
+        if len(self.rows) < N:
+            return torch.empty(N, 0, dtype=torch.long)
+        return rows_to_frames(torch.tensor(self.rows, dtype=torch.long))
+
+
+class SpeechAPI:
+    def __init__(self, engine, checkpoint: str | Path, runner: str, default_max_tokens: int = 2048):
+        self.engine = engine
+        self.runner = runner
+        self.tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+        self.ids = special_ids(self.tokenizer)
+        self.default_max_tokens = default_max_tokens
+
+    def prompt(self, request: SpeechRequest) -> prompts.TalkerPrompt:
+        if request.ref_codes is None:
+            return prompts.zero_shot(self.tokenizer, self.ids, request.text)
+        return prompts.voice_clone(
+            self.tokenizer, self.ids, request.text, torch.as_tensor(request.ref_codes), request.ref_text
+        )
+
+    def _inputs(self, request: SpeechRequest, stream: bool):
+        prompt = self.prompt(request)
+        sampling = {"max_tokens": self.default_max_tokens, **validate_sampling_params(request.sampling, self.runner)}
+        params = code_channel.talker_sampling_params(
+            stop_token_ids=self.ids.stop_ids, ref_rows=prompt.ref_rows, stream=stream, **sampling
+        )
+        tokens = TokensPrompt(prompt_token_ids=list(prompt.token_ids), cache_salt=code_channel.unique_cache_salt())
+        return tokens, params
+
+    def _result(self, steps, finish_reason) -> SpeechResult:
+        rows = [codes for lm, codes in steps if lm == self.ids.audio]
+        return SpeechResult(rows=rows, lm_tokens=[lm for lm, _ in steps], finish_reason=finish_reason)
+
+    def generate(self, requests: Sequence[SpeechRequest]) -> list[SpeechResult]:
+        """Offline: all requests submitted together (they share the engine's batch)."""
+        inputs = [self._inputs(r, stream=False) for r in requests]
+        outputs = self.engine.generate([t for t, _ in inputs], [p for _, p in inputs], use_tqdm=False)
+        return [
+            self._result(code_channel.decode(o.outputs[0].logprobs), o.outputs[0].finish_reason) for o in outputs
+        ]
+
+    async def stream_rows(self, request: SpeechRequest, request_id: str) -> AsyncIterator[list[list[int]]]:
+        """Streaming with AsyncLLM: yields the new delay-pattern rows as they are generated.
+        Closing the iterator (or cancelling its task) aborts the request in the engine."""
+        tokens, params = self._inputs(request, stream=True)
+        async for output in self.engine.generate(tokens, params, request_id=request_id):
+            steps = code_channel.decode(output.outputs[0].logprobs) if output.outputs[0].logprobs else []
+            rows = [codes for lm, codes in steps if lm == self.ids.audio]
+            if rows:
+                yield rows
