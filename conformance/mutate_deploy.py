@@ -54,7 +54,7 @@ MUTATIONS += [
     ("explicit v2 falls back to V1 silently", PM,
      '_RunnerRule("explicit-v2-unavailable", lambda req, row: True, _raise_unavailable)',
      '_RunnerRule("explicit-v2-unavailable", lambda req, row: True, lambda req, row, o: RunnerChoice("v1", True, "x", "x"))'),
-    ("cpu marked as running V2", PM, 'why_not_v2="Model Runner V2 needs Triton', 'runs_v2=True or "Model Runner V2 needs Triton'),
+    ("cpu marked as running V2", PM, '"cpu", runs_v2=False,', '"cpu", runs_v2=True,'),
     ("env left unset for v1", PM, 'return {"VLLM_USE_V2_MODEL_RUNNER": "1" if runner == "v2" else "0"}',
      'return {"VLLM_USE_V2_MODEL_RUNNER": "1"} if runner == "v2" else {}'),
     ("structural switch off accepted under V2", FS, "if switch.structural and value is False:", "if False:"),

@@ -2,10 +2,13 @@
 
 vLLM has no generic per-step output field, but a sampler's logprobs tensors reach
 `RequestOutput.outputs[0].logprobs` in order, step by step, with `LLM` and `AsyncLLM` alike.
-A talker request asks for 8 logprobs in the flat format (duplicates kept: two codebooks may hold
-the same code) and the talker's sampler fills the 9 columns of every step with the LM token and
-the 8 codes. The values in the logprob column carry nothing. Because this channel is taken,
-user-requested logprobs are refused (reference/sampling_validation.py).
+A talker request asks for 8 logprobs in the flat format and the talker's sampler fills the 9
+columns of every step with the LM token and the 8 codes. The values in the logprob column carry
+nothing. A code travels as `CODE_ID_OFFSET + codebook * 1026 + code`, so the 9 ids of a step are
+always distinct: vLLM 0.32 merges the DELTA outputs of a slow AsyncLLM consumer through
+`FlatLogprobs.extend`, which goes through per-position dicts and drops duplicate ids (seen here:
+a step arriving with 8 entries). Because this channel is taken, user-requested logprobs are
+refused (reference/sampling_validation.py).
 
 Per-request inputs travel the other way in `SamplingParams.extra_args[EXTRA_ARGS_KEY]`
 (the reference rows of a voice-clone prompt).
@@ -24,6 +27,8 @@ from reference import compat
 
 EXTRA_ARGS_KEY = "higgs_talker"
 NUM_CODEBOOKS = 8
+CODEBOOK_VOCAB = 1026
+CODE_ID_OFFSET = 1 << 24  # above every text vocabulary, so codes never collide with the LM token
 
 
 def talker_sampling_params(
@@ -64,7 +69,8 @@ def reference_rows(params: SamplingParams) -> list[list[int]]:
 
 def encode(lm_tokens: torch.Tensor, codes: torch.Tensor):
     """Logprobs tensors carrying [LM token, 8 codes] per row. [B], [B, 8] -> LogprobsTensors"""
-    ids = torch.cat([lm_tokens[:, None], codes], dim=1).to(torch.int32)  # [B, 9]
+    offsets = CODE_ID_OFFSET + torch.arange(NUM_CODEBOOKS, device=codes.device) * CODEBOOK_VOCAB
+    ids = torch.cat([lm_tokens[:, None], codes + offsets], dim=1).to(torch.int32)  # [B, 9]
     return compat.logprobs_tensors(
         token_ids=ids,
         logprobs=torch.zeros(ids.shape, dtype=torch.float32, device=ids.device),
@@ -79,8 +85,12 @@ def decode(logprobs) -> list[tuple[int, list[int]]]:
         ids = logprobs.token_ids[start:end]
         if len(ids) != NUM_CODEBOOKS + 1:
             raise ValueError(
-                f"a talker step carried {len(ids)} logprob entries, expected {NUM_CODEBOOKS + 1}: "
-                "was the request made with talker_sampling_params (logprobs=8, flat_logprobs)?"
+                f"a talker step carried {len(ids)} logprob entries ({ids}), expected {NUM_CODEBOOKS + 1}: "
+                "was the request made with talker_sampling_params (logprobs=8, flat_logprobs)? "
+                f"(positions {list(zip(logprobs.start_indices, logprobs.end_indices))})"
             )
-        steps.append((ids[0], list(ids[1:])))
+        codes = [i - CODE_ID_OFFSET - q * CODEBOOK_VOCAB for q, i in enumerate(ids[1:])]
+        if not all(0 <= c < CODEBOOK_VOCAB for c in codes):
+            raise ValueError(f"a talker step carried ids {ids} that are not codebook 0..7 in order")
+        steps.append((ids[0], codes))
     return steps

@@ -7,7 +7,6 @@ vLLM, and the GPU run exercises the 0.26 side.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 
 import vllm
 from vllm import SamplingParams
@@ -47,6 +46,20 @@ def sampler_output(sampled_token_ids, logprobs_tensors):
     return SamplerOutput(sampled_token_ids=sampled_token_ids, logprobs_tensors=logprobs_tensors)
 
 
+def v2_sampler_output(sampled_token_ids, logprobs_tensors, num_sampled, num_rejected):
+    """The MRV2 sampler's return value: 0.26 and 0.32 both need num_sampled and num_rejected
+    (0.32 makes them required fields; 0.26 reads num_rejected in post_update)."""
+    from vllm.v1.worker.gpu.sample.output import SamplerOutput
+
+    return SamplerOutput(
+        sampled_token_ids=sampled_token_ids,
+        logprobs_tensors=logprobs_tensors,
+        num_nans=None,
+        num_sampled=num_sampled,
+        num_rejected=num_rejected,
+    )
+
+
 def sampling_wants_logprobs(sampling_metadata) -> bool:
     """True when some request of the V1 batch asked for logprobs (the talker's code channel)."""
     return getattr(sampling_metadata, "max_num_logprobs", None) is not None
@@ -66,13 +79,7 @@ def platform_worker_base() -> type:
 
 
 def runner_kind(model_runner) -> str:
-    """'v2' for a Model Runner V2 instance (vllm.v1.worker.gpu / .cpu packages), else 'v1'."""
-    module = type(model_runner).__module__
-    for cls in type(model_runner).__mro__:
-        if cls.__module__.startswith(("vllm.v1.worker.gpu.", "vllm.v1.worker.cpu.")):
-            return "v2"
-    return "v2" if module.startswith(("vllm.v1.worker.gpu.", "vllm.v1.worker.cpu.")) else "v1"
-
-
-def accepts_kwarg(fn, name: str) -> bool:
-    return name in inspect.signature(fn).parameters
+    """'v2' when the runner is Model Runner V2 (it lives in the vllm.v1.worker.gpu / .cpu packages;
+    V1's runners are vllm.v1.worker.gpu_model_runner / cpu_model_runner), else 'v1'."""
+    v2_packages = ("vllm.v1.worker.gpu.", "vllm.v1.worker.cpu.")
+    return "v2" if any(c.__module__.startswith(v2_packages) for c in type(model_runner).__mro__) else "v1"

@@ -3,6 +3,7 @@ PCM out; offline with `LLM`, streaming with `AsyncLLM`, where closing the stream
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,10 @@ from transformers import AutoTokenizer
 from vllm.inputs import TokensPrompt
 
 from reference import code_channel, prompts
-from reference.delay_pattern import rows_to_frames
+from reference.codec import Codec
+from reference.delay_pattern import revert_delay, rows_to_frames
+from reference.stream_geometry import StreamGeometry
+from reference.streaming import StreamingDecoder
 from reference.sampling_validation import validate_sampling_params
 from reference.special_tokens import special_ids
 from reference.talker_step import N
@@ -85,3 +89,35 @@ class SpeechAPI:
             rows = [codes for lm, codes in steps if lm == self.ids.audio]
             if rows:
                 yield rows
+
+    async def stream_audio(
+        self, request: SpeechRequest, request_id: str, codec: Codec, geometry: StreamGeometry
+    ) -> AsyncIterator[torch.Tensor]:
+        """Streaming PCM chunks (24 kHz float) cut by `geometry`; closing the iterator aborts."""
+        decoder, frames = StreamingDecoder(codec, geometry), RowsToFrames()
+        rows = self.stream_rows(request, request_id)
+        try:
+            async for new_rows in rows:
+                for chunk in decoder.push(frames.add(new_rows)):
+                    yield chunk
+        finally:
+            with contextlib.suppress(Exception):
+                await rows.aclose()  # aborts the engine request when the caller stopped early
+        for chunk in decoder.finish():
+            yield chunk
+
+
+class RowsToFrames:
+    """Turns delay-pattern rows arriving in order into real codec frames as soon as they are
+    complete: frame t needs rows t..t+7. Frames holding BOC/EOC are dropped."""
+
+    def __init__(self):
+        self.rows: list[list[int]] = []
+        self.done = 0  # frames already returned (real or dropped)
+
+    def add(self, rows: list[list[int]]) -> torch.Tensor:
+        self.rows.extend(rows)
+        ready = [revert_delay(torch.tensor(self.rows[t : t + N])) for t in range(self.done, len(self.rows) - N + 1)]
+        self.done += len(ready)
+        frames = torch.cat(ready, dim=1) if ready else torch.empty(N, 0, dtype=torch.long)  # [8, n]
+        return frames[:, (frames < 1024).all(dim=0)]

@@ -34,3 +34,10 @@ class TalkerWorker(_Base):
     def talker_runner_kind(self) -> str:
         """Which runner this worker really runs ('v1' or 'v2'), for the engine-boot checks."""
         return compat.runner_kind(self.model_runner)
+
+    def talker_open_requests(self) -> int:
+        """Requests whose talker state this worker still holds (0 once all have ended)."""
+        runner = self.model_runner
+        if compat.runner_kind(runner) == "v1":
+            return len(runner.talker_requests)
+        return len(runner.model_state.slot_of)

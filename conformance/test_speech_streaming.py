@@ -1,0 +1,96 @@
+"""The streaming speech API over AsyncLLM: long inputs, chunk geometry, abort.
+
+A stream's chunks must stitch into the offline decode of the same codes (within the case's
+bound), its codes must equal the oracle's goldens, and closing a stream must abort its request:
+the other streams finish unchanged and no worker keeps talker state for it.
+"""
+
+import asyncio
+
+import pytest
+import torch
+import yaml
+
+from conformance import talker_cases
+from conformance.engines import runner_params
+from fixtures.cache import cached_checkpoint
+from reference.codec import load_codec
+from reference.delay_pattern import rows_to_frames
+from reference.engine import start_async_llm
+from reference.speech import SpeechAPI
+from reference.stream_geometry import StreamGeometry
+from reference.streaming import agreement
+
+pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]
+
+CASES = yaml.safe_load((talker_cases.CASES_DIR.parent / "speech" / "streaming.yaml").read_text())
+PROMPTS = {p["id"]: p for p in talker_cases.load_prompts()["prompts"]}
+MAX_TOKENS = talker_cases.load_prompts()["max_tokens"]
+GOLDENS = talker_cases.load_goldens()["streams"]
+
+
+@pytest.fixture(scope="module", params=runner_params({"v1": {}, "v2": {}}))
+def speech(request):
+    checkpoint = cached_checkpoint("tiny", 0)
+    loop = asyncio.new_event_loop()
+    engine = start_async_llm(checkpoint, request.param, dtype="float32", enforce_eager=True, **CASES["engine"])
+    yield loop, SpeechAPI(engine, checkpoint, request.param), load_codec(checkpoint)
+    engine.shutdown()
+    loop.close()
+
+
+def _request(prompt_id):
+    return talker_cases.speech_request(PROMPTS[prompt_id], MAX_TOKENS)
+
+
+@pytest.mark.parametrize("case", CASES["streams"], ids=lambda c: c["id"])
+def test_streamed_chunks_stitch_into_the_offline_decode(case, speech):
+    loop, api, codec = speech
+    geometry = StreamGeometry(**case["geometry"])
+
+    async def run():
+        return [c async for c in api.stream_audio(_request(case["prompt"]), case["id"], codec, geometry)]
+
+    chunks = loop.run_until_complete(run())
+    frames = rows_to_frames(torch.tensor(GOLDENS[case["prompt"]]["rows"]))
+    offline = codec.decode(frames)
+    assert [len(c) for c in chunks[:1]] == [geometry.first_chunk_frames * codec.hop_length]
+    stream = torch.cat(chunks)
+    assert stream.shape == offline.shape
+    measured = agreement(stream, offline)
+    print(f"{case['id']}: {len(chunks)} chunks, {measured}")
+    if case["bound"]:
+        assert measured.snr_db >= case["bound"]["min_snr_db"]
+        assert measured.max_abs_err <= case["bound"]["max_abs_err"]
+
+
+@pytest.mark.parametrize("case", CASES["aborts"], ids=lambda c: c["id"])
+def test_closing_a_stream_aborts_it_and_spares_the_others(case, speech):
+    loop, api, codec = speech
+    geometry = StreamGeometry(first_chunk_frames=1, chunk_frames=25, left_context_frames=25, right_holdback_frames=4)
+
+    async def aborted():
+        stream = api.stream_audio(_request(case["aborted"]), f"{case['id']}-aborted", codec, geometry)
+        first = await anext(stream)
+        await stream.aclose()
+        return first
+
+    async def survivor():
+        return [rows async for rows in api.stream_rows(_request(case["survivor"]), f"{case['id']}-survivor")]
+
+    async def run():
+        return await asyncio.gather(aborted(), survivor())
+
+    first_chunk, survivor_rows = loop.run_until_complete(run())
+    assert len(first_chunk) == codec.hop_length
+    assert [r for batch in survivor_rows for r in batch] == GOLDENS[case["survivor"]]["rows"]
+
+    async def settle():
+        for _ in range(50):
+            if not api.engine.output_processor.has_unfinished_requests():
+                break
+            await asyncio.sleep(0.1)
+        return await api.engine.collective_rpc("talker_open_requests")
+
+    assert loop.run_until_complete(settle()) == [0], "a worker still holds talker state after the abort"
+    assert not api.engine.output_processor.has_unfinished_requests()
