@@ -27,7 +27,7 @@ Precedence: `PRECEDENCE`, an ordered first-match rule table, picks each key's va
                          platform): the upstream V1 geometry
   5. profile             the key is in the top level of the chain (the overlay's value over
                          its base's)
-  6. runner-default      codec.*: UPSTREAM_V2 under v2, UPSTREAM_V1 under v1
+  6. runner-default      codec.*: DEFAULT_GEOMETRY under v2, UPSTREAM_V1 under v1
   7. schema-default      profile_schema.DEFAULTS
   No rule matches a REQUIRED key that no file sets: error.
 So a platform restore beats top-level codec frames, even those set by an overlay, and an
@@ -76,7 +76,7 @@ from reference.profile_loader import (
 )
 from reference.profile_schema import CODEC_FIELDS, DEFAULTS, REQUIRED, Path_, dotted
 from reference.sampling_validation import validate_sampling_params
-from reference.stream_geometry import UPSTREAM_V1, UPSTREAM_V2, StreamGeometry
+from reference.stream_geometry import DEFAULT_GEOMETRY, UPSTREAM_V1, StreamGeometry
 
 logger = logging.getLogger("higgs_ref.deploy")
 
@@ -118,7 +118,7 @@ class Rule:
 
 
 def _geometry_for(runner: str) -> StreamGeometry:
-    return UPSTREAM_V2 if runner == "v2" else UPSTREAM_V1
+    return DEFAULT_GEOMETRY if runner == "v2" else UPSTREAM_V1
 
 
 PRECEDENCE: tuple[Rule, ...] = (

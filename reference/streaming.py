@@ -25,13 +25,6 @@ from reference.stream_geometry import StreamGeometry
 _KERNEL = 7  # the decoder's same-length convs (first, residual, last)
 _DILATIONS = (1, 3, 9)
 
-# The geometry we ship: left context and look-ahead cover the decoder's receptive field
-# (10 frames each way, see decoder_context_frames), so the stream equals the offline decode up to
-# float rounding whatever the weights; the first chunk is V2's 8 frames. Cost against upstream V2:
-# the first chunk waits for 10 more talker steps.
-DEFAULT_GEOMETRY = StreamGeometry(
-    first_chunk_frames=8, chunk_frames=25, left_context_frames=10, right_holdback_frames=10
-)
 
 
 class StreamingDecoder:

@@ -18,7 +18,7 @@ from reference.deploy_profiles import (
 )
 from reference.platform_matrix import PLATFORMS
 from reference.profile_schema import walk_profile
-from reference.stream_geometry import UPSTREAM_V1, UPSTREAM_V2
+from reference.stream_geometry import DEFAULT_GEOMETRY, UPSTREAM_V1
 
 pytestmark = pytest.mark.cpu
 SHIPPED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
@@ -43,7 +43,7 @@ def test_default_profile_contract():
     assert d.engine_kwargs["enforce_eager"] is False
     assert max(d.engine_kwargs["compilation_config"]["cudagraph_capture_sizes"]) == 16
     assert d.engine_kwargs["max_num_seqs"] == 16
-    assert d.geometry == UPSTREAM_V2
+    assert d.geometry == DEFAULT_GEOMETRY
     assert d.default_sampling_params == {"temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": 42, "max_tokens": 2048}
 
 
@@ -147,7 +147,7 @@ def test_show_config_json(capsys):
     assert show_config.main(["--profile", "h200_v2", "--platform", "cuda", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["runner"] == "v2" and data["origins"]["max_num_seqs"] == "reference/profiles/h200_v2.yaml"
-    assert list(data["geometry"].values()) == list(astuple(UPSTREAM_V2))
+    assert list(data["geometry"].values()) == list(astuple(DEFAULT_GEOMETRY))
 
 
 def test_show_config_error_exit(capsys):

@@ -6,9 +6,8 @@ import pytest
 import torch
 
 from fixtures.codec_instances import fixture_codec, one_torch_thread
-from reference.stream_geometry import UPSTREAM_V1, StreamGeometry
+from reference.stream_geometry import DEFAULT_GEOMETRY, UPSTREAM_V1, StreamGeometry
 from reference.streaming import (
-    DEFAULT_GEOMETRY,
     StreamingDecoder,
     agreement,
     decoder_context_frames,
