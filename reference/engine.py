@@ -32,6 +32,9 @@ def start_llm(checkpoint: str | Path, runner: str, **overrides):
     """A synchronous `vllm.LLM` running the talker under `runner` ('v1' or 'v2')."""
     from vllm import LLM
 
+    from reference.plugin import register
+
+    register()  # also done by the entry point; here for checkouts run without installing
     kwargs = engine_kwargs(checkpoint, runner, **overrides)
     select_runner(runner)
     return LLM(**kwargs)
@@ -42,9 +45,24 @@ def start_async_llm(checkpoint: str | Path, runner: str, **overrides):
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
+    from reference.plugin import register
+
+    register()
     kwargs = engine_kwargs(checkpoint, runner, **overrides)
     select_runner(runner)
     return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+
+
+def deployment_engine_kwargs(deployment, **overrides) -> dict:
+    """vLLM engine arguments of a resolved deployment (reference/deploy_profiles.py), with the
+    runner it chose made explicit in the environment."""
+    os.environ.update(deployment.env)
+    return {**deployment.engine_kwargs, **overrides}
+
+
+def start_llm_for_deployment(checkpoint: str | Path, deployment, **overrides):
+    """`vllm.LLM` for a resolved deployment profile; `overrides` win over the profile."""
+    return start_llm(checkpoint, deployment.runner, **deployment_engine_kwargs(deployment, **overrides))
 
 
 def built_runners(llm) -> list[str]:

@@ -194,3 +194,9 @@ def first_chunk_frames(options: TalkerOptions, profile_frames: int) -> int:
             "or turn the switch off"
         )
     return profile_frames
+
+
+def options_from_hf_config(hf_config) -> TalkerOptions | None:
+    """The resolved options a worker reads (None when the engine was not started from a profile)."""
+    data = getattr(hf_config, HF_OVERRIDES_KEY, None)
+    return TalkerOptions.from_dict(data) if data else None

@@ -41,8 +41,7 @@ def _new_host_request(req_state, placeholder_id: int | None, rng: np.random.Gene
         if len(positions) != len(rows):
             raise ValueError(f"prompt has {len(positions)} audio placeholders but {len(rows)} reference rows")
         codes[positions] = np.asarray(rows, dtype=np.int64)
-    seed = params.seed if params.seed is not None else int(rng.integers(0, 2**31))
-    return HostTalkerRequest(prompt_len=len(prompt), seed=seed, codes=codes)
+    return HostTalkerRequest(prompt_len=len(prompt), seed=code_channel.request_seed(params, rng), codes=codes)
 
 
 class TalkerV1RunnerMixin:

@@ -28,6 +28,7 @@ from vllm.v1.worker.gpu.input_batch import get_num_sampled_and_rejected
 from vllm.v1.worker.gpu.model_states.default import DefaultModelState
 
 from reference import code_channel, compat
+from reference.feature_switches import options_from_hf_config
 from reference.talker_step import N, talker_step
 
 PARKED_LIMIT_PER_SLOT = 4
@@ -36,6 +37,12 @@ PARKED_LIMIT_PER_SLOT = 4
 class TalkerModelState(DefaultModelState):
     def __init__(self, vllm_config, model, encoder_cache, device):
         super().__init__(vllm_config, model, encoder_cache, device)
+        options = options_from_hf_config(vllm_config.model_config.hf_config)
+        if options is not None and not (options.device_talker_state and options.model_sampler):
+            raise ValueError(
+                "Model Runner V2 runs the talker only with device_talker_state and model_sampler on "
+                f"(got {options.to_dict()}): use the V1 opt-out profile for host-side talker state"
+            )
         max_len = vllm_config.model_config.max_model_len + 1  # + the position after the last
         slots = self.max_num_reqs
         self.codes = torch.full((slots, max_len, N), -1, dtype=torch.int16, device=device)
@@ -69,7 +76,7 @@ class TalkerModelState(DefaultModelState):
             elif len(new_req_data.prefill_token_ids or prompt) > len(prompt):
                 raise RuntimeError(f"request {req_id} resumed with outputs but its code rows were never parked")
         if params is not None:
-            seed = params.seed if params.seed is not None else int(self.rng.integers(0, 2**31))
+            seed = code_channel.request_seed(params, self.rng)
             self.temperature[req_index] = params.temperature
             self.top_k[req_index] = params.top_k if params.top_k and params.top_k > 0 else 0
             self.top_p[req_index] = params.top_p

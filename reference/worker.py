@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 
-from reference import compat
+from reference import compat, plugin
+from reference.feature_switches import options_from_hf_config
 from reference.runner_v1 import talker_runner_class
+
+plugin.register()  # the worker process may start without the entry point (an uninstalled checkout)
 
 _Base = compat.platform_worker_base()
 
@@ -25,6 +28,11 @@ class TalkerWorker(_Base):
             raise RuntimeError(
                 f"vLLM built Model Runner {built.upper()} but VLLM_USE_V2_MODEL_RUNNER={wanted} asked for "
                 f"{'V2' if wanted == '1' else 'V1'}: refusing to run on a runner the deployment did not choose"
+            )
+        options = options_from_hf_config(self.vllm_config.model_config.hf_config)
+        if options is not None and options.runner != built:
+            raise RuntimeError(
+                f"the deployment resolved Model Runner {options.runner.upper()} but vLLM built {built.upper()}"
             )
         if built == "v1":
             self.model_runner.__class__ = talker_runner_class(type(self.model_runner))
