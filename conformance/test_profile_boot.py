@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from conformance import talker_cases
+from conformance.engines import platform_engine_args
 from conformance.environment import has_cuda
 from fixtures.cache import cached_checkpoint
 from reference.deploy_profiles import resolve_deployment
@@ -39,7 +40,7 @@ def test_profile_boots_the_runner_it_resolved(case):
     assert deployment.runner == expect["runner"]
     assert list(astuple(deployment.geometry)) == expect["geometry"]
     checkpoint = cached_checkpoint("tiny", 0)
-    llm = start_llm_for_deployment(checkpoint, deployment, dtype="float32", **DOC["overrides"])
+    llm = start_llm_for_deployment(checkpoint, deployment, dtype="float32", **{**platform_engine_args(), **DOC["overrides"]})
     try:
         assert built_runners(llm) == [expect["runner"]]
         prompt = next(p for p in PROMPTS["prompts"] if p["id"] == DOC["prompt"])

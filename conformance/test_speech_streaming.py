@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from conformance import talker_cases
-from conformance.engines import runner_params
+from conformance.engines import platform_engine_args, runner_params
 from fixtures.cache import cached_checkpoint
 from reference.codec import load_codec
 from reference.delay_pattern import rows_to_frames
@@ -33,7 +33,8 @@ GOLDENS = talker_cases.load_goldens()["streams"]
 def speech(request):
     checkpoint = cached_checkpoint("tiny", 0)
     loop = asyncio.new_event_loop()
-    engine = start_async_llm(checkpoint, request.param, dtype="float32", enforce_eager=True, **CASES["engine"])
+    args = {**platform_engine_args(), **CASES["engine"]}
+    engine = start_async_llm(checkpoint, request.param, dtype="float32", enforce_eager=True, **args)
     yield loop, SpeechAPI(engine, checkpoint, request.param), load_codec(checkpoint)
     engine.shutdown()
     loop.close()

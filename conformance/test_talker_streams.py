@@ -1,9 +1,11 @@
 """Greedy code streams of the talker on a real vLLM engine equal the oracle's goldens, token for
 token: one request, concurrent requests of mixed lengths, voice clone, a prompt longer than the
-prefill chunk, and preemption (tiny KV cache) that must not change the codes.
+prefill chunk, and preemption (tiny KV cache) that must not change the codes. Every runner
+variant that ran must also have produced exactly the same streams as the others (V1 = V2).
 
 Runner variants: V1 everywhere; V2 eager and V2 with CUDA graphs on a GPU (on a CPU they skip:
-the platform matrix pins V1 there).
+the platform matrix pins V1 there). On a GPU the engines use float32 FLEX_ATTENTION
+(conformance/engines.py says why).
 """
 
 import pytest
@@ -28,9 +30,14 @@ def pool():
     engines.close()
 
 
+# (run id, variant) -> the rows of every request of the run, for the V1 = V2 comparison.
+STREAMS: dict[tuple[str, str], list] = {}
+
+
+# Variant outermost, so that one variant's engines serve all runs before the next boots.
 @pytest.mark.cpu
-@pytest.mark.parametrize("variant", runner_params(VARIANTS))
 @pytest.mark.parametrize("run", RUNS["runs"], ids=lambda r: r["id"])
+@pytest.mark.parametrize("variant", runner_params(VARIANTS))
 def test_greedy_streams_equal_oracle_goldens(run, variant, pool):
     engine = RUNS["engines"][run["engine"]]
     api = pool.get(variant.split("-")[0], {**engine["args"], **VARIANTS[variant]})
@@ -38,6 +45,7 @@ def test_greedy_streams_equal_oracle_goldens(run, variant, pool):
     for batch in run["batches"]:
         requests = [talker_cases.speech_request(PROMPT_BY_ID[p], PROMPTS["max_tokens"]) for p in batch]
         for pid, result in zip(batch, api.generate(requests)):
+            STREAMS.setdefault((run["id"], variant), []).append(result.rows)
             golden = GOLDENS["streams"][pid]
             assert len(result.rows) == len(golden["rows"]), f"{pid}: row count"
             for i, (got, want) in enumerate(zip(result.rows, golden["rows"])):
@@ -46,3 +54,14 @@ def test_greedy_streams_equal_oracle_goldens(run, variant, pool):
             assert result.finish_reason == ("stop" if golden["finished"] else "length")
     if engine.get("expect_preemption"):
         assert preemptions(api) > before, "the tiny KV cache did not force a preemption: the case tests nothing"
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("run", RUNS["runs"], ids=lambda r: r["id"])
+def test_every_runner_variant_produced_the_same_streams(run):
+    ran = {v: rows for (rid, v), rows in STREAMS.items() if rid == run["id"]}
+    if len(ran) < 2:
+        pytest.skip(f"only {sorted(ran) or 'no variant'} ran here: V1 = V2 needs a GPU (`tox -e gpu`)")
+    first, *others = sorted(ran)
+    for variant in others:
+        assert ran[variant] == ran[first], f"{variant} and {first} differ"

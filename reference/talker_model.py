@@ -51,6 +51,12 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
         self.vocab_size = text.vocab_size
         max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
         self.register_buffer("token_codes", torch.full((max_tokens, N), -1, dtype=torch.long), persistent=False)
+        # The body's input lives at a fixed address: piecewise CUDA graphs replay reading the
+        # addresses they were captured with, so a freshly allocated embedding would be missed.
+        self.register_buffer(
+            "inputs_embeds", torch.zeros(max_tokens, text.hidden_size, dtype=vllm_config.model_config.dtype),
+            persistent=False,
+        )
         self.register_buffer("codebook_offsets", torch.arange(N, dtype=torch.long) * VOCAB, persistent=False)
         self.register_buffer(
             "lm_ids", torch.tensor([self.special.audio, self.special.eos], dtype=torch.long), persistent=False
@@ -82,9 +88,12 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
         **kwargs,
     ) -> torch.Tensor:
         if inputs_embeds is None:
-            codes = self.token_codes[: input_ids.shape[0]]  # [T, 8]
+            num_tokens = input_ids.shape[0]
+            codes = self.token_codes[:num_tokens]  # [T, 8]
             is_audio = codes[:, :1] >= 0
-            inputs_embeds = torch.where(is_audio, self.embed_codes(codes), self.embed_input_ids(input_ids))
+            mixed = torch.where(is_audio, self.embed_codes(codes), self.embed_input_ids(input_ids))
+            inputs_embeds = self.inputs_embeds[:num_tokens]
+            inputs_embeds.copy_(mixed)
         return self.body(None, positions, intermediate_tensors, inputs_embeds)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
