@@ -3,7 +3,8 @@
     python -m benchmarks.tts_speed [--size 4b] [--concurrency 1 4 16] [--out results.json]
 
 Each runner boots from its deployment profile for this platform (V2: the default profile; V1:
-the low-latency opt-out profile), on a dummy checkpoint of the real shapes whose requests never
+the high-throughput opt-out profile, eager, 32 sequences; `--v1-profile low_latency` for the
+other), on a dummy checkpoint of the real shapes whose requests never
 emit EOC (flavour "no_eoc"), so every request makes exactly `--max-tokens` rows. Per
 concurrency level, `c` streams run at once, `--rounds` times:
 - TTFA: request submitted -> first PCM chunk out of the streaming decoder (the profile's geometry:
@@ -30,7 +31,7 @@ from reference.deploy_profiles import resolve_deployment
 from reference.engine import deployment_engine_kwargs, start_async_llm
 from reference.speech import SpeechAPI, SpeechRequest
 
-PROFILES = {"v2": "default", "v1": "low_latency"}
+PROFILES = {"v2": "default", "v1": "high_throughput"}
 TEXT = "Model Runner V2 keeps the talker state on the device and streams audio in codec windows."
 
 
@@ -100,8 +101,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=257, help="rows per request (250 frames = 10 s)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    parser.add_argument("--v1-profile", default=PROFILES["v1"])
     parser.add_argument("--out")
     args = parser.parse_args()
+    PROFILES["v1"] = args.v1_profile
     platform = "cuda" if torch.cuda.is_available() else "cpu"
     results = {"platform": platform, "size": args.size, "max_tokens": args.max_tokens,
                "runs": [bench_runner(r, args, platform) for r in args.runners]}

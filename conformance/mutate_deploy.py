@@ -1,23 +1,20 @@
 """Check that the deploy-profile tests catch the removal of each rule (a small mutation run).
 
-    python -m conformance.mutate_deploy [INDEX ...]
+    python -m conformance.mutate_deploy [--baseline] [--list] [INDEX ...]
 
 Each mutation copies the tree to a temporary directory, breaks one rule of reference/ there
 (a textual edit that must match exactly once), runs the deploy tests and reports RED (caught)
 or GREEN (survived). Exit status 1 if any mutation survives or no longer applies. Not collected by
-pytest: it takes a few minutes (one pytest run per mutation).
+pytest: it takes a few minutes (one pytest run per mutation). The mechanics (copy, edit, run,
+verdict) live in conformance/mutation_run.py.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conformance.mutation_run import Mutation, main, run_mutations
+
 TESTS = [
     "conformance/test_deploy_matrix.py",
     "conformance/test_deploy_flags.py",
@@ -111,32 +108,18 @@ MUTATIONS += [
 ]
 
 
-def run(indices: list[int]) -> int:
-    problems = []
-    for i, (name, path, old, new) in enumerate(MUTATIONS):
-        if indices and i not in indices:
-            continue
-        with tempfile.TemporaryDirectory(prefix="mutate_deploy_") as tmp:
-            tree = Path(tmp) / "tree"
-            shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".git", "__pycache__", ".device-bundle", ".tox"))
-            target = tree / path
-            text = target.read_text()
-            if text.count(old) != 1:
-                print(f"[{i}] {name}: NO LONGER APPLIES ({text.count(old)} matches in {path})")
-                problems.append(name)
-                continue
-            target.write_text(text.replace(old, new))
-            deselect = [a for t in ORDER_TESTS for a in ("--deselect", t)] if name.startswith("REMOVE") else []
-            cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *deselect, *TESTS]
-            env = {**os.environ, "PYTHONPATH": str(tree)}
-            result = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
-            first = next((ln for ln in result.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))), "")
-            print(f"[{i}] {name}: {'RED' if result.returncode else 'GREEN (survived)'} {first}")
-            if result.returncode == 0:
-                problems.append(name)
-    print("survived or stale:", problems or "none")
-    return 1 if problems else 0
+def pytest_args(name: str) -> tuple[str, ...]:
+    deselect = [a for t in ORDER_TESTS for a in ("--deselect", t)] if name.startswith("REMOVE") else []
+    return (*deselect, *TESTS)
+
+
+def mutations() -> list[Mutation]:
+    return [Mutation(name, path, old, new, pytest_args(name)) for name, path, old, new in MUTATIONS]
+
+
+def run(indices: list[int], check_baseline: bool = False) -> int:
+    return run_mutations(mutations(), indices, prefix="mutate_deploy_", check_baseline=check_baseline)
 
 
 if __name__ == "__main__":
-    raise SystemExit(run([int(a) for a in sys.argv[1:]]))
+    raise SystemExit(main(mutations(), sys.argv[1:], prefix="mutate_deploy_"))

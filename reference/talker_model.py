@@ -110,22 +110,34 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
         """Loads the real checkpoint's names: `tied.*` for the embeddings and heads, `body.*`."""
         body_weights: list[tuple[str, torch.Tensor]] = []
         loaded: set[str] = set()
-        own = {
-            "tied.head.text_head.weight": self.text_head,
-            "tied.embedding.modality_embeddings.0.embedding.weight": self.audio_embedding,
-        }
         for name, tensor in weights:
-            if name.startswith((CODEC_PREFIX, AUDIO_HEAD_PREFIX)):
+            target = weight_target(name)
+            if target is None:
                 continue
-            if name == "tied.embedding.text_embedding.weight":
-                body_weights.append(("embed_tokens.weight", tensor))
-            elif name.startswith("body."):
-                body_weights.append((name.removeprefix("body."), tensor))
-            elif name in own:
-                param = own[name].weight
-                getattr(param, "weight_loader", default_weight_loader)(param, tensor)
-                loaded.add(f"{'text_head' if own[name] is self.text_head else 'audio_embedding'}.weight")
+            if target.startswith("body."):
+                body_weights.append((target.removeprefix("body."), tensor))
             else:
-                raise ValueError(f"unexpected weight {name!r} in a Higgs v3 checkpoint")
+                param = self.get_parameter(target)
+                getattr(param, "weight_loader", default_weight_loader)(param, tensor)
+                loaded.add(target)
         loaded |= {f"body.{n}" for n in self.body.load_weights(body_weights)}
         return loaded
+
+
+WEIGHT_NAMES = {
+    "tied.embedding.text_embedding.weight": "body.embed_tokens.weight",
+    "tied.head.text_head.weight": "text_head.weight",
+    "tied.embedding.modality_embeddings.0.embedding.weight": "audio_embedding.weight",
+}
+
+
+def weight_target(name: str) -> str | None:
+    """The talker parameter a checkpoint tensor loads into (None: not the talker's: the bundled
+    codec, and the audio head, which is tied to the fused embedding)."""
+    if name.startswith((CODEC_PREFIX, AUDIO_HEAD_PREFIX)):
+        return None
+    if name in WEIGHT_NAMES:
+        return WEIGHT_NAMES[name]
+    if name.startswith("body."):
+        return name
+    raise ValueError(f"unexpected weight {name!r} in a Higgs v3 checkpoint")

@@ -1,0 +1,122 @@
+"""Check that the talker and codec tests catch planted defects (a small mutation run).
+
+    python -m conformance.mutate_talker [--baseline] [--list] [INDEX ...]
+
+Each mutation copies the tree to a temporary directory, plants one defect in reference/ there (a
+textual edit that must match exactly once), runs the smallest test selection that is meant to
+catch it and reports RED (caught) or GREEN (survived). Exit status 1 if any mutation survives or
+no longer applies. `--baseline` first checks that every selection passes on the unmutated tree.
+
+Areas and their catchers:
+- reference/talker_step.py (the generation contract, sampling noise): tests/test_talker_step.py;
+- reference/runner_v1.py and reference/talker_model.py (audio feedback, chunked prefill, reference
+  rows, the fused table and the tied head): the greedy engine streams against the oracle goldens,
+  conformance/test_talker_streams.py, one run each (a CPU engine boots in about 25 s, so one engine
+  mutation costs about a minute);
+- reference/delay_pattern.py: tests/test_delay_pattern.py; reference/codec.py: the codec goldens,
+  conformance/test_codec_golden.py; reference/code_channel.py: tests/test_code_channel.py.
+
+Not collected by pytest (the name does not start with `test_`): one pytest run per mutation, about
+seven minutes on a CPU. The mechanics live in conformance/mutation_run.py.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from conformance.mutation_run import Mutation, main, run_mutations
+
+TS, V1, TM = "reference/talker_step.py", "reference/runner_v1.py", "reference/talker_model.py"
+DP, CODEC, CC = "reference/delay_pattern.py", "reference/codec.py", "reference/code_channel.py"
+
+STEP_TESTS = ("tests/test_talker_step.py",)
+DELAY_TESTS = ("tests/test_delay_pattern.py",)
+CODEC_TESTS = ("conformance/test_codec_golden.py",)
+CHANNEL_TESTS = ("tests/test_code_channel.py",)
+
+
+def streams(run_id: str) -> tuple[str, ...]:
+    """The engine-run check of conformance/cases/talker/engine_runs.yaml with this id (V1 on a CPU)."""
+    return ("conformance/test_talker_streams.py", "-k", run_id)
+
+
+# (name, file, old text, new text, pytest arguments that must fail)
+MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
+    # -- reference/talker_step.py ----------------------------------------------------------------
+    ("lead-in one step too short", TS,
+     "codes = torch.where(~ramping[:, None] & (q > step[:, None]), BOC, sampled)",
+     "codes = torch.where(~ramping[:, None] & (q > step[:, None] + 1), BOC, sampled)", STEP_TESTS),
+    ("EOC allowed on codebook 3", TS,
+     "    allowed[:, 1:, EOC] = False\n",
+     "    allowed[:, [1, 2, 4, 5, 6, 7], EOC] = False\n", STEP_TESTS),
+    ("ramp-down locks one codebook too few", TS,
+     "codes = torch.where(ramping[:, None] & (q < (prev_eoc + 1)[:, None]), EOC, codes)",
+     "codes = torch.where(ramping[:, None] & (q < prev_eoc[:, None]), EOC, codes)", STEP_TESTS),
+    ("BOC allowed on active codebooks", TS,
+     "    allowed[:, :, BOC] = False\n",
+     "", STEP_TESTS),
+    ("gumbel noise identical for all codebooks", TS,
+     "key = _mix32(key[:, None] ^ (q[None, :] * 0x9E3779B1 & _MASK32))",
+     "key = _mix32(key[:, None] ^ (q[None, :] * 0 & _MASK32))", STEP_TESTS),
+    # -- reference/runner_v1.py ------------------------------------------------------------------
+    ("V1 sampler stores a step's row one position late (feedback from the wrong step)", V1,
+     "host.codes[host.prompt_len + index] = codes_host[i]",
+     "host.codes[host.prompt_len + index + 1] = codes_host[i]", streams("one_zero_shot")),
+    ("V1 token_codes read one position early (feedback from the wrong step)", V1,
+     "chunks.append(host.codes[start:end])",
+     "chunks.append(host.codes[start - 1 : end - 1])", streams("one_zero_shot")),
+    ("partial prefill chunks treated as real samples", V1,
+     "real = end >= req_state.num_tokens",
+     "real = True", streams("long_prompt_chunked")),
+    ("reference rows not placed at the placeholders", V1,
+     "codes[positions] = np.asarray(rows, dtype=np.int64)",
+     "codes[[p + 1 for p in positions]] = np.asarray(rows, dtype=np.int64)", streams("one_voice_clone")),
+    # -- reference/talker_model.py ---------------------------------------------------------------
+    ("fused codebook offsets wrong", TM,
+     "torch.arange(N, dtype=torch.long) * VOCAB",
+     "torch.arange(N, dtype=torch.long) * (VOCAB - 1)", streams("one_zero_shot")),
+    ("audio head not tied (the table read codebook-interleaved)", TM,
+     "table = self.audio_embedding.weight[: N * VOCAB]",
+     "table = self.audio_embedding.weight[: N * VOCAB].view(VOCAB, N, -1).transpose(0, 1).reshape(N * VOCAB, -1)",
+     streams("one_zero_shot")),
+    ("audio feedback disabled (is_audio always False)", TM,
+     "is_audio = codes[:, :1] >= 0",
+     "is_audio = codes[:, :1] < -1", streams("one_zero_shot")),
+    # -- reference/delay_pattern.py --------------------------------------------------------------
+    ("revert off by one (codebook q read with delay q - 1)", DP,
+     "parts = [rows[q : q + t, q] for q in range(n)]",
+     "parts = [rows[max(q - 1, 0) : max(q - 1, 0) + t, q] for q in range(n)]", DELAY_TESTS),
+    ("BOC counted as a real code", DP,
+     "real = (codes >= 0) & (codes < CODEBOOK_SIZE)",
+     "real = (codes >= 0) & (codes <= CODEBOOK_SIZE)", DELAY_TESTS),
+    # -- reference/codec.py ----------------------------------------------------------------------
+    ("DAC decoder keeps its tanh", CODEC,
+     "    decoder.tanh = nn.Identity()\n",
+     "", CODEC_TESTS),
+    ("transposed convs without output_padding", CODEC,
+     "module.output_padding = (module.stride[0] % 2,)",
+     "module.output_padding = (0,)", CODEC_TESTS),
+    ("project_out bias dropped", CODEC,
+     "summed = (projected + self.project_out_bias[:, None, :]).sum(0)",
+     "summed = projected.sum(0)", CODEC_TESTS),
+    # -- reference/code_channel.py ---------------------------------------------------------------
+    ("codebook offset dropped from the code ids", CC,
+     "offsets = CODE_ID_OFFSET + torch.arange(NUM_CODEBOOKS, device=codes.device) * CODEBOOK_VOCAB",
+     "offsets = CODE_ID_OFFSET + torch.zeros(NUM_CODEBOOKS, dtype=torch.long, device=codes.device)",
+     CHANNEL_TESTS),
+    ("code ids share the LM token's id space", CC,
+     "CODE_ID_OFFSET = 1 << 24",
+     "CODE_ID_OFFSET = 0", CHANNEL_TESTS),
+]
+
+
+def mutations() -> list[Mutation]:
+    return [Mutation(name, path, old, new, tuple(args)) for name, path, old, new, args in MUTATIONS]
+
+
+def run(indices: list[int], check_baseline: bool = False) -> int:
+    return run_mutations(mutations(), indices, prefix="mutate_talker_", check_baseline=check_baseline)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(mutations(), sys.argv[1:], prefix="mutate_talker_"))
