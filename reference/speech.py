@@ -48,6 +48,7 @@ class SpeechAPI:
     def __init__(self, engine, checkpoint: str | Path, runner: str, default_max_tokens: int = 2048):
         self.engine = engine
         self.runner = runner
+        self.checkpoint = Path(checkpoint)
         self.tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
         self.ids = special_ids(self.tokenizer)
         self.default_max_tokens = default_max_tokens
