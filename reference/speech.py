@@ -3,7 +3,6 @@ PCM out; offline with `LLM`, streaming with `AsyncLLM`, where closing the stream
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,11 +13,11 @@ from vllm.inputs import TokensPrompt
 
 from reference import code_channel, prompts
 from reference.codec import Codec
-from reference.delay_pattern import revert_delay, rows_to_frames
-from reference.stream_geometry import StreamGeometry
-from reference.streaming import StreamingDecoder
+from reference.delay_pattern import real_frames, revert_delay, rows_to_frames
 from reference.sampling_validation import validate_sampling_params
 from reference.special_tokens import special_ids
+from reference.stream_geometry import StreamGeometry
+from reference.streaming import StreamingDecoder
 from reference.talker_step import N
 
 
@@ -69,9 +68,12 @@ class SpeechAPI:
         tokens = TokensPrompt(prompt_token_ids=list(prompt.token_ids), cache_salt=code_channel.unique_cache_salt())
         return tokens, params
 
+    def _audio_rows(self, steps) -> list[list[int]]:
+        """The rows of the audio steps (the final EOS step carries no audio)."""
+        return [codes for lm, codes in steps if lm == self.ids.audio]
+
     def _result(self, steps, finish_reason) -> SpeechResult:
-        rows = [codes for lm, codes in steps if lm == self.ids.audio]
-        return SpeechResult(rows=rows, lm_tokens=[lm for lm, _ in steps], finish_reason=finish_reason)
+        return SpeechResult(self._audio_rows(steps), [lm for lm, _ in steps], finish_reason)
 
     def generate(self, requests: Sequence[SpeechRequest]) -> list[SpeechResult]:
         """Offline: all requests submitted together (they share the engine's batch)."""
@@ -87,7 +89,7 @@ class SpeechAPI:
         tokens, params = self._inputs(request, stream=True)
         async for output in self.engine.generate(tokens, params, request_id=request_id):
             steps = code_channel.decode(output.outputs[0].logprobs) if output.outputs[0].logprobs else []
-            rows = [codes for lm, codes in steps if lm == self.ids.audio]
+            rows = self._audio_rows(steps)
             if rows:
                 yield rows
 
@@ -102,8 +104,7 @@ class SpeechAPI:
                 for chunk in decoder.push(frames.add(new_rows)):
                     yield chunk
         finally:
-            with contextlib.suppress(Exception):
-                await rows.aclose()  # aborts the engine request when the caller stopped early
+            await rows.aclose()  # aborts the engine request when the caller stopped early
         for chunk in decoder.finish():
             yield chunk
 
@@ -121,4 +122,4 @@ class RowsToFrames:
         ready = [revert_delay(torch.tensor(self.rows[t : t + N])) for t in range(self.done, len(self.rows) - N + 1)]
         self.done += len(ready)
         frames = torch.cat(ready, dim=1) if ready else torch.empty(N, 0, dtype=torch.long)  # [8, n]
-        return frames[:, (frames < 1024).all(dim=0)]
+        return real_frames(frames)
