@@ -88,6 +88,7 @@ def bench_runner(runner: str, args, platform: str) -> dict:
         ]
     finally:
         engine.shutdown()
+        loop.run_until_complete(asyncio.sleep(0.1))  # let the engine's output task see its cancellation
         loop.close()
     return {"runner": runner, "profile": deployment.profile, "geometry": deployment.geometry.__dict__,
             "boot_s": boot, "levels": levels}

@@ -37,6 +37,7 @@ def speech(request):
     engine = start_async_llm(checkpoint, request.param, dtype="float32", enforce_eager=True, **args)
     yield loop, SpeechAPI(engine, checkpoint, request.param), load_codec(checkpoint)
     engine.shutdown()
+    loop.run_until_complete(asyncio.sleep(0.1))  # let the engine's output task see its cancellation
     loop.close()
 
 
