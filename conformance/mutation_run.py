@@ -78,7 +78,13 @@ def run_pytest(tree: Path, pytest_args: Sequence[str]) -> subprocess.CompletedPr
 
 
 def _first_failure(result: subprocess.CompletedProcess) -> str:
-    return next((ln for ln in result.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))), "")
+    """The first FAILED/ERROR summary line, with the first `E ` line of the report: what broke."""
+    lines = result.stdout.splitlines()
+    first = next((ln for ln in lines if ln.startswith(("FAILED", "ERROR"))), "")
+    error = next((ln[1:].strip() for ln in lines if ln.startswith("E ") and ln[1:].strip()), "")
+    if first and error and " - " not in first:
+        first = f"{first} [{error[:160]}]"
+    return first
 
 
 def _last_line(result: subprocess.CompletedProcess) -> str:

@@ -37,3 +37,15 @@ def test_a_step_without_the_channel_is_refused_with_the_fix():
     flat.append_fast([1, 2], [0.0, 0.0], range(2), [None, None])
     with pytest.raises(ValueError, match="talker_sampling_params"):
         code_channel.decode(flat)
+
+
+def test_a_code_equal_to_the_lm_token_id_survives_the_delta_merge():
+    """Code ids live above every text vocabulary: a codebook-0 code whose value is the LM token's id
+    (259 is `<|audio|>` of the dummy tokenizer) is still a distinct id in the merged, dict-built step."""
+    merged = _flat([259], [[0] * 8])
+    merged.extend(_flat([259, 256], [[259, 1, 2, 3, 4, 5, 6, 7], [256, 1025, 1025, 1025, 1025, 1025, 1025, 1025]]))
+    assert code_channel.decode(merged) == [
+        (259, [0] * 8),
+        (259, [259, 1, 2, 3, 4, 5, 6, 7]),
+        (256, [256, 1025, 1025, 1025, 1025, 1025, 1025, 1025]),
+    ]
