@@ -19,25 +19,22 @@ TALKER_ENGINE_ARGS = {
 
 
 def engine_kwargs(checkpoint: str | Path, runner: str, **overrides) -> dict:
+    """The engine arguments of a talker under `runner`, which is also made explicit in the
+    environment; the talker is registered with vLLM here too, for checkouts not installed."""
+    from reference.plugin import register
+
     if runner not in ("v1", "v2"):
         raise ValueError(f"runner must be 'v1' or 'v2', got {runner!r}")
-    return {"model": str(checkpoint), **TALKER_ENGINE_ARGS, **overrides}
-
-
-def select_runner(runner: str) -> None:
+    register()
     os.environ[RUNNER_ENV] = "1" if runner == "v2" else "0"
+    return {"model": str(checkpoint), **TALKER_ENGINE_ARGS, **overrides}
 
 
 def start_llm(checkpoint: str | Path, runner: str, **overrides):
     """A synchronous `vllm.LLM` running the talker under `runner` ('v1' or 'v2')."""
     from vllm import LLM
 
-    from reference.plugin import register
-
-    register()  # also done by the entry point; here for checkouts run without installing
-    kwargs = engine_kwargs(checkpoint, runner, **overrides)
-    select_runner(runner)
-    return LLM(**kwargs)
+    return LLM(**engine_kwargs(checkpoint, runner, **overrides))
 
 
 def start_async_llm(checkpoint: str | Path, runner: str, **overrides):
@@ -45,12 +42,7 @@ def start_async_llm(checkpoint: str | Path, runner: str, **overrides):
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    from reference.plugin import register
-
-    register()
-    kwargs = engine_kwargs(checkpoint, runner, **overrides)
-    select_runner(runner)
-    return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(checkpoint, runner, **overrides)))
 
 
 def deployment_engine_kwargs(deployment, **overrides) -> dict:

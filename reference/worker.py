@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from reference import compat, plugin
+from reference.engine import RUNNER_ENV
 from reference.feature_switches import options_from_hf_config
 from reference.runner_v1 import talker_runner_class
 
@@ -23,10 +24,10 @@ class TalkerWorker(_Base):
     def init_device(self, *args, **kwargs):
         result = super().init_device(*args, **kwargs)
         built = compat.runner_kind(self.model_runner)
-        wanted = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+        wanted = os.environ.get(RUNNER_ENV)
         if wanted is not None and built != ("v2" if wanted == "1" else "v1"):
             raise RuntimeError(
-                f"vLLM built Model Runner {built.upper()} but VLLM_USE_V2_MODEL_RUNNER={wanted} asked for "
+                f"vLLM built Model Runner {built.upper()} but {RUNNER_ENV}={wanted} asked for "
                 f"{'V2' if wanted == '1' else 'V1'}: refusing to run on a runner the deployment did not choose"
             )
         options = options_from_hf_config(self.vllm_config.model_config.hf_config)
