@@ -12,11 +12,6 @@ import vllm
 from vllm import SamplingParams
 
 
-def vllm_version() -> tuple[int, int]:
-    major, minor, *_ = vllm.__version__.split(".")
-    return int(major), int(minor)
-
-
 def sampling_params_fields() -> tuple[str, ...]:
     """SamplingParams field names (a msgspec Struct in both versions; a dataclass in older ones)."""
     fields = getattr(SamplingParams, "__struct_fields__", None)
