@@ -69,8 +69,9 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
      "real = end >= req_state.num_tokens",
      "real = True", streams("long_prompt_chunked")),
     ("reference rows not placed at the placeholders", V1,
-     "codes[positions] = np.asarray(rows, dtype=np.int64)",
-     "codes[[p + 1 for p in positions]] = np.asarray(rows, dtype=np.int64)", streams("one_voice_clone")),
+     "codes[placeholder_positions(prompt, placeholder_id, len(rows))] = np.asarray(rows, dtype=np.int64)",
+     "codes[[p + 1 for p in placeholder_positions(prompt, placeholder_id, len(rows))]] = np.asarray(rows, dtype=np.int64)",
+     streams("one_voice_clone")),
     # -- reference/talker_model.py ---------------------------------------------------------------
     ("fused codebook offsets wrong", TM,
      "torch.arange(N, dtype=torch.long) * VOCAB",

@@ -22,12 +22,15 @@ class TalkerPrompt:
         """Prompt position -> the codebook row embedded there (placeholders only)."""
         if not self.ref_rows:
             return {}
-        positions = [i for i, t in enumerate(self.token_ids) if t == placeholder_id]
-        if len(positions) != len(self.ref_rows):
-            raise ValueError(
-                f"prompt has {len(positions)} audio placeholders but {len(self.ref_rows)} reference rows"
-            )
-        return dict(zip(positions, self.ref_rows))
+        return dict(zip(placeholder_positions(self.token_ids, placeholder_id, len(self.ref_rows)), self.ref_rows))
+
+
+def placeholder_positions(token_ids, placeholder_id: int | None, num_rows: int) -> list[int]:
+    """Positions of the audio placeholders of a prompt, one per reference row (checked)."""
+    positions = [i for i, t in enumerate(token_ids) if t == placeholder_id]
+    if len(positions) != num_rows:
+        raise ValueError(f"prompt has {len(positions)} audio placeholders but {num_rows} reference rows")
+    return positions
 
 
 def _text_ids(tokenizer, text: str, what: str) -> list[int]:

@@ -21,6 +21,7 @@ import torch
 from vllm.v1.sample.sampler import Sampler
 
 from reference import code_channel, compat
+from reference.prompts import placeholder_positions
 from reference.talker_step import N, talker_step
 
 
@@ -37,10 +38,7 @@ def _new_host_request(req_state, placeholder_id: int | None, rng: np.random.Gene
     codes = np.full((len(prompt) + (params.max_tokens or 0) + 1, N), -1, dtype=np.int64)
     rows = code_channel.reference_rows(params)
     if rows:
-        positions = [i for i, t in enumerate(prompt) if t == placeholder_id]
-        if len(positions) != len(rows):
-            raise ValueError(f"prompt has {len(positions)} audio placeholders but {len(rows)} reference rows")
-        codes[positions] = np.asarray(rows, dtype=np.int64)
+        codes[placeholder_positions(prompt, placeholder_id, len(rows))] = np.asarray(rows, dtype=np.int64)
     return HostTalkerRequest(prompt_len=len(prompt), seed=code_channel.request_seed(params, rng), codes=codes)
 
 

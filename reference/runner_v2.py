@@ -29,6 +29,7 @@ from vllm.v1.worker.gpu.model_states.default import DefaultModelState
 
 from reference import code_channel, compat
 from reference.feature_switches import options_from_hf_config
+from reference.prompts import placeholder_positions
 from reference.talker_step import N, talker_step
 
 PARKED_LIMIT_PER_SLOT = 4
@@ -69,9 +70,7 @@ class TalkerModelState(DefaultModelState):
             self.codes[req_index].fill_(-1)
             rows = code_channel.reference_rows(params) if params is not None else []
             if rows:
-                positions = [i for i, t in enumerate(prompt) if t == self.placeholder_id]
-                if len(positions) != len(rows):
-                    raise ValueError(f"prompt has {len(positions)} audio placeholders but {len(rows)} reference rows")
+                positions = placeholder_positions(prompt, self.placeholder_id, len(rows))
                 self.codes[req_index, positions] = torch.tensor(rows, dtype=torch.int16, device=self.codes.device)
             elif len(new_req_data.prefill_token_ids or prompt) > len(prompt):
                 raise RuntimeError(f"request {req_id} resumed with outputs but its code rows were never parked")
