@@ -37,24 +37,36 @@ def platform_engine_args() -> dict:
     On CUDA: float32 FLEX_ATTENTION. vLLM's default float32 backend there, TRITON_ATTN, computes
     attention with TF32 tensor-core dot products (10-bit mantissa); on the H200 with vLLM 0.26 its
     streams left the oracle's goldens (fox: 55 rows for 45; long_text: row 73) identically under
-    V1, V2 eager and V2 graphs, i.e. float error, not a runner defect. A small share of the GPU
-    memory, so that several tiny engines fit at once.
+    V1, V2 eager and V2 graphs, i.e. float error, not a runner defect.
+
+    A fixed KV cache (1 GiB: a million tokens of the tiny talker) instead of a share of the GPU:
+    vLLM sizes the cache from the device's free memory measured around a profiling run, which
+    another engine booting or stopping on the same GPU disturbs; with `kv_cache_memory_bytes` it
+    skips that, so several test processes can share the GPU. The small utilisation only has to be
+    free at start-up.
     """
     if has_cuda():
-        return {"attention_backend": "FLEX_ATTENTION", "gpu_memory_utilization": 0.1}
+        return {"attention_backend": "FLEX_ATTENTION", "gpu_memory_utilization": 0.05,
+                "kv_cache_memory_bytes": 1 << 30}
     return {}
 
 
 class EnginePool:
-    """Starts engines on first use and shuts them all down at the end of a module."""
+    """Starts engines on first use and shuts them all down at the end of a module.
+
+    On a CPU one engine lives at a time (memory is the limit there); on a GPU every engine of the
+    module stays up, since the tiny engines are cheap to keep and a boot costs up to a minute.
+    """
 
     def __init__(self):
         self._engines: dict[tuple, SpeechAPI] = {}
+        self._keep_alive = has_cuda()
 
     def get(self, runner: str, args: dict, checkpoint=None, **extra) -> SpeechAPI:
-        key = (runner, tuple(sorted(args.items())), tuple(sorted(extra.items())))
+        key = (runner, repr(sorted(args.items())), repr(sorted(extra.items())), str(checkpoint))
         if key not in self._engines:
-            self.close()  # one engine at a time: CPU memory and start-up are the limits
+            if not self._keep_alive:
+                self.close()
             checkpoint = checkpoint or cached_checkpoint("tiny", 0)
             kwargs = {**platform_engine_args(), **args, **extra}
             llm = start_llm(checkpoint, runner, dtype="float32", disable_log_stats=False, **kwargs)
@@ -72,6 +84,8 @@ class EnginePool:
 
 
 def preemptions(api: SpeechAPI) -> int:
+    """vLLM's preemption counter. It lives in the process-wide Prometheus registry, which holds
+    the counters of the engine started last: ask right after starting the engine in question."""
     for metric in api.engine.get_metrics():
         if metric.name == "vllm:num_preemptions":
             return int(metric.value)

@@ -83,6 +83,10 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("audio feedback disabled (is_audio always False)", TM,
      "is_audio = codes[:, :1] >= 0",
      "is_audio = codes[:, :1] < -1", streams("one_zero_shot")),
+    # -- reference/worker.py --------------------------------------------------------------------
+    ("a V1 engine accepted when V2 was asked for (silent fallback)", "reference/worker.py",
+     "        if built != wanted:\n",
+     "        if built != wanted and wanted == \"v1\":\n", ("tests/test_worker_runner_check.py",)),
     # -- reference/delay_pattern.py --------------------------------------------------------------
     ("revert off by one (codebook q read with delay q - 1)", DP,
      "parts = [rows[q : q + t, q] for q in range(n)]",

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +74,8 @@ def apply(tree: Path, path: str, old: str, new: str) -> int:
 
 def run_pytest(tree: Path, pytest_args: Sequence[str]) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *pytest_args]
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    # The copy first; the rest of the caller's path stays (on the GPU machine vLLM lives there).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
     return subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
 
 
@@ -140,8 +142,9 @@ _LABELS = {
 
 
 def run_mutations(mutations: Sequence[Mutation], indices: Sequence[int] = (), *, prefix: str = "mutate_",
-                  check_baseline: bool = False) -> int:
-    """Runs the chosen mutations (all when `indices` is empty); 0 when every one is caught."""
+                  check_baseline: bool = False, jobs: int = 1) -> int:
+    """Runs the chosen mutations (all when `indices` is empty), `jobs` at a time; 0 when every
+    one is caught."""
     chosen = [(i, m) for i, m in enumerate(mutations) if not indices or i in indices]
     unknown = sorted(set(indices) - set(range(len(mutations))))
     if unknown:
@@ -154,22 +157,32 @@ def run_mutations(mutations: Sequence[Mutation], indices: Sequence[int] = (), *,
             print("the unmutated tree fails a selection: the mutation results would prove nothing")
             return 1
     problems = []
-    for i, mutation in chosen:
-        outcome = run_one(mutation, prefix)
-        label = _LABELS[outcome.verdict]
-        if outcome.verdict == "STALE":
-            print(f"[{i}] {mutation.name}: {label} ({outcome.detail})", flush=True)
-        else:
-            print(f"[{i}] {mutation.name}: {label} ({outcome.seconds:.0f} s) {outcome.detail}".rstrip(), flush=True)
-        if outcome.verdict != "RED":
-            problems.append(mutation.name)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each mutation is its own pytest process
+        outcomes = pool.map(lambda chosen_one: run_one(chosen_one[1], prefix), chosen)
+        for (i, mutation), outcome in zip(chosen, outcomes):
+            _report(i, mutation, outcome)
+            if outcome.verdict != "RED":
+                problems.append(mutation.name)
     print(f"survived or stale: {problems or 'none'} ({len(chosen)} mutations, {time.monotonic() - started:.0f} s)")
     return 1 if problems else 0
 
 
+def _report(i: int, mutation: Mutation, outcome: Outcome) -> None:
+    label = _LABELS[outcome.verdict]
+    if outcome.verdict == "STALE":
+        print(f"[{i}] {mutation.name}: {label} ({outcome.detail})", flush=True)
+    else:
+        print(f"[{i}] {mutation.name}: {label} ({outcome.seconds:.0f} s) {outcome.detail}".rstrip(), flush=True)
+
+
 def main(mutations: Sequence[Mutation], argv: Sequence[str], *, prefix: str) -> int:
-    """The command line of a mutation module: `[--baseline] [--list] [INDEX ...]`."""
+    """The command line of a mutation module: `[--baseline] [--list] [--jobs N] [INDEX ...]`."""
     args = list(argv)
+    jobs = 1
+    if "--jobs" in args:
+        at = args.index("--jobs")
+        jobs = int(args[at + 1])
+        del args[at : at + 2]
     if "--list" in args:
         for i, m in enumerate(mutations):
             print(f"[{i}] {m.name} ({m.path}; pytest {' '.join(m.pytest_args)})")
@@ -178,6 +191,6 @@ def main(mutations: Sequence[Mutation], argv: Sequence[str], *, prefix: str) -> 
     args = [a for a in args if a != "--baseline"]
     bad = [a for a in args if not a.isdigit()]
     if bad:
-        print(f"usage: [--baseline] [--list] [INDEX ...]; not understood: {bad}")
+        print(f"usage: [--baseline] [--list] [--jobs N] [INDEX ...]; not understood: {bad}")
         return 2
-    return run_mutations(mutations, [int(a) for a in args], prefix=prefix, check_baseline=check_baseline)
+    return run_mutations(mutations, [int(a) for a in args], prefix=prefix, check_baseline=check_baseline, jobs=jobs)

@@ -40,7 +40,7 @@ def test_profile_boots_the_runner_it_resolved(case):
     assert deployment.runner == expect["runner"]
     assert list(astuple(deployment.geometry)) == expect["geometry"]
     checkpoint = cached_checkpoint("tiny", 0)
-    llm = start_llm_for_deployment(checkpoint, deployment, dtype="float32", **{**platform_engine_args(), **DOC["overrides"]})
+    llm = start_llm_for_deployment(checkpoint, deployment, dtype="float32", **{**DOC["overrides"], **platform_engine_args()})
     try:
         assert built_runners(llm) == [expect["runner"]]
         prompt = next(p for p in PROMPTS["prompts"] if p["id"] == DOC["prompt"])

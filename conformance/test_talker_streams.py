@@ -1,12 +1,16 @@
 """Greedy code streams of the talker on a real vLLM engine equal the oracle's goldens, token for
 token: one request, concurrent requests of mixed lengths, voice clone, a prompt longer than the
 prefill chunk, and preemption (tiny KV cache) that must not change the codes. Every runner
-variant that ran must also have produced exactly the same streams as the others (V1 = V2).
+variant must also produce exactly the same streams as the others that ran (V1 = V2), checked
+first, so that a stream off the goldens still shows whether the runners agree.
 
 Runner variants: V1 everywhere; V2 eager and V2 with CUDA graphs on a GPU (on a CPU they skip:
 the platform matrix pins V1 there). On a GPU the engines use float32 FLEX_ATTENTION
 (conformance/engines.py says why).
 """
+
+import json
+import os
 
 import pytest
 
@@ -19,8 +23,15 @@ PROMPTS = talker_cases.load_prompts()
 RUNS = talker_cases.load_engine_runs()
 GOLDENS = talker_cases.load_goldens()
 PROMPT_BY_ID = {p["id"]: p for p in PROMPTS["prompts"]}
-# Runner variant -> engine arguments it adds.
-VARIANTS = {"v1": {"enforce_eager": True}, "v2-eager": {"enforce_eager": True}, "v2-graphs": {"enforce_eager": False}}
+# Runner variant -> engine arguments it adds. v2-graphs: decode steps replay FULL CUDA graphs
+# (batches of 1, 2 or 4 requests, padded up: padded rows must be harmless) and prefill chunks of
+# up to 64 tokens replay piecewise graphs around the attention.
+GRAPHS = {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64]}
+VARIANTS = {
+    "v1": {"enforce_eager": True},
+    "v2-eager": {"enforce_eager": True},
+    "v2-graphs": {"enforce_eager": False, "compilation_config": GRAPHS},
+}
 
 
 @pytest.fixture(scope="module")
@@ -30,22 +41,41 @@ def pool():
     engines.close()
 
 
-# (run id, variant) -> the rows of every request of the run, for the V1 = V2 comparison.
-STREAMS: dict[tuple[str, str], list] = {}
+@pytest.fixture(scope="session")
+def streams_dir(tmp_path_factory):
+    """Where each (run, variant) leaves its streams for the V1 = V2 comparison; one folder per
+    session, shared by the pytest-xdist workers (the variants may run in different workers)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "talker-streams"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def check_same_as_other_variants(streams_dir, run_id: str, variant: str, streams: list) -> None:
+    """Records this variant's streams, then compares them with every other variant's recorded so
+    far. Each side records before it compares, so of any two variants the later one compares."""
+    (streams_dir / f"{run_id}.{variant}.json").write_text(json.dumps(streams))
+    for other in sorted(streams_dir.glob(f"{run_id}.*.json")):
+        other_variant = other.name.removeprefix(f"{run_id}.").removesuffix(".json")
+        if other_variant != variant:
+            assert json.loads(other.read_text()) == streams, f"{run_id}: {variant} and {other_variant} differ (V1 = V2 broken)"
 
 
 # Variant outermost, so that one variant's engines serve all runs before the next boots.
 @pytest.mark.cpu
 @pytest.mark.parametrize("run", RUNS["runs"], ids=lambda r: r["id"])
 @pytest.mark.parametrize("variant", runner_params(VARIANTS))
-def test_greedy_streams_equal_oracle_goldens(run, variant, pool):
+def test_greedy_streams_equal_oracle_goldens(run, variant, pool, streams_dir):
     engine = RUNS["engines"][run["engine"]]
     api = pool.get(variant.split("-")[0], {**engine["args"], **VARIANTS[variant]})
     before = preemptions(api)
-    for batch in run["batches"]:
-        requests = [talker_cases.speech_request(PROMPT_BY_ID[p], PROMPTS["max_tokens"]) for p in batch]
-        for pid, result in zip(batch, api.generate(requests)):
-            STREAMS.setdefault((run["id"], variant), []).append(result.rows)
+    batches = [
+        (batch, api.generate([talker_cases.speech_request(PROMPT_BY_ID[p], PROMPTS["max_tokens"]) for p in batch]))
+        for batch in run["batches"]
+    ]
+    check_same_as_other_variants(streams_dir, run["id"], variant, [r.rows for _, results in batches for r in results])
+    for batch, results in batches:
+        for pid, result in zip(batch, results):
             golden = GOLDENS["streams"][pid]
             assert len(result.rows) == len(golden["rows"]), f"{pid}: row count"
             for i, (got, want) in enumerate(zip(result.rows, golden["rows"])):
@@ -56,15 +86,14 @@ def test_greedy_streams_equal_oracle_goldens(run, variant, pool):
         assert preemptions(api) > before, "the tiny KV cache did not force a preemption: the case tests nothing"
 
 
-@pytest.mark.cpu
-@pytest.mark.parametrize("run", RUNS["runs"], ids=lambda r: r["id"])
-def test_every_runner_variant_produced_the_same_streams(run):
-    ran = {v: rows for (rid, v), rows in STREAMS.items() if rid == run["id"]}
-    if len(ran) < 2:
-        pytest.skip(f"only {sorted(ran) or 'no variant'} ran here: V1 = V2 needs a GPU (`tox -e gpu`)")
-    first, *others = sorted(ran)
-    for variant in others:
-        assert ran[variant] == ran[first], f"{variant} and {first} differ"
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", runner_params({"v2-graphs": {}}))
+def test_the_graphs_variant_captured_full_decode_graphs(variant, pool):
+    """The v2-graphs streams above came from FULL CUDA graph replays: vLLM captured them (it
+    silently downgrades to piecewise when the attention backend cannot run full graphs)."""
+    api = pool.get("v2", {**RUNS["engines"]["base"]["args"], **VARIANTS[variant]})
+    sizes = api.engine.collective_rpc("talker_full_cuda_graphs")[0]
+    assert {1, 2, 4} <= set(sizes), f"FULL graphs captured for {sizes} tokens, expected decode batches 1, 2, 4"
 
 
 # Decoded end to end: a greedy request's audio equals the oracle's audio (oracle rows through the

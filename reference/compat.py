@@ -78,3 +78,13 @@ def runner_kind(model_runner) -> str:
     V1's runners are vllm.v1.worker.gpu_model_runner / cpu_model_runner), else 'v1'."""
     v2_packages = ("vllm.v1.worker.gpu.", "vllm.v1.worker.cpu.")
     return "v2" if any(c.__module__.startswith(v2_packages) for c in type(model_runner).__mro__) else "v1"
+
+
+def full_cuda_graph_sizes(model_runner) -> list[int]:
+    """Token counts of the FULL CUDA graphs Model Runner V2 captured (uniform decode batches up
+    to the largest replay one of them; anything else runs piecewise or eager). Empty under V1 and
+    when eager. Same internals in 0.26 and 0.32: `cudagraph_manager.graphs`, keyed by a
+    descriptor with `cg_mode` and `num_tokens`."""
+    manager = getattr(model_runner, "cudagraph_manager", None)
+    graphs = getattr(manager, "graphs", None) or {}
+    return sorted(desc.num_tokens for desc in graphs if desc.cg_mode.name == "FULL")

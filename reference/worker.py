@@ -24,17 +24,10 @@ class TalkerWorker(_Base):
     def init_device(self, *args, **kwargs):
         result = super().init_device(*args, **kwargs)
         built = compat.runner_kind(self.model_runner)
-        wanted = os.environ.get(RUNNER_ENV)
-        if wanted is not None and built != ("v2" if wanted == "1" else "v1"):
-            raise RuntimeError(
-                f"vLLM built Model Runner {built.upper()} but {RUNNER_ENV}={wanted} asked for "
-                f"{'V2' if wanted == '1' else 'V1'}: refusing to run on a runner the deployment did not choose"
-            )
         options = options_from_hf_config(self.vllm_config.model_config.hf_config)
-        if options is not None and options.runner != built:
-            raise RuntimeError(
-                f"the deployment resolved Model Runner {options.runner.upper()} but vLLM built {built.upper()}"
-            )
+        problem = runner_mismatch(built, os.environ.get(RUNNER_ENV), options.runner if options else None)
+        if problem:
+            raise RuntimeError(problem)
         if built == "v1":
             self.model_runner.__class__ = talker_runner_class(type(self.model_runner))
             self.model_runner._talker_init()
@@ -44,9 +37,29 @@ class TalkerWorker(_Base):
         """Which runner this worker really runs ('v1' or 'v2'), for the engine-boot checks."""
         return compat.runner_kind(self.model_runner)
 
+    def talker_full_cuda_graphs(self) -> list[int]:
+        """Batch sizes (tokens) of the FULL CUDA graphs this worker captured, for the graph checks."""
+        return compat.full_cuda_graph_sizes(self.model_runner)
+
     def talker_open_requests(self) -> int:
         """Requests whose talker state this worker still holds (0 once all have ended)."""
         runner = self.model_runner
         if compat.runner_kind(runner) == "v1":
             return len(runner.talker_requests)
         return len(runner.model_state.slot_of)
+
+
+def runner_mismatch(built: str, env_value: str | None, resolved: str | None) -> str | None:
+    """Why the runner vLLM built ('v1'/'v2') is not the one asked for, or None when it is.
+    Asked for: `VLLM_USE_V2_MODEL_RUNNER` ("1" V2, anything else V1; unset: no opinion) and the
+    runner the deployment profile resolved (carried in the model config; None: no profile)."""
+    if env_value is not None:
+        wanted = "v2" if env_value == "1" else "v1"
+        if built != wanted:
+            return (
+                f"vLLM built Model Runner {built.upper()} but {RUNNER_ENV}={env_value} asked for "
+                f"{wanted.upper()}: refusing to run on a runner the deployment did not choose"
+            )
+    if resolved is not None and resolved != built:
+        return f"the deployment resolved Model Runner {resolved.upper()} but vLLM built {built.upper()}"
+    return None

@@ -41,3 +41,16 @@ def test_the_platform_worker_is_the_cpu_worker_here():
     from vllm.v1.worker.cpu_worker import CPUWorker
 
     assert compat.platform_worker_base() is CPUWorker
+
+
+def test_full_cuda_graph_sizes_lists_only_the_full_graphs_of_a_v2_runner():
+    from types import SimpleNamespace
+
+    from vllm.config import CUDAGraphMode
+    from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor as Desc
+
+    graphs = {Desc(CUDAGraphMode.FULL, 4, 4): None, Desc(CUDAGraphMode.PIECEWISE, 64, None): None,
+              Desc(CUDAGraphMode.FULL, 1, 1): None}
+    runner = SimpleNamespace(cudagraph_manager=SimpleNamespace(graphs=graphs))
+    assert compat.full_cuda_graph_sizes(runner) == [1, 4]
+    assert compat.full_cuda_graph_sizes(SimpleNamespace()) == []  # V1, or eager

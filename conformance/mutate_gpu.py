@@ -1,0 +1,58 @@
+"""Check that the GPU checks catch planted defects in the Model Runner V2 route (needs CUDA).
+
+    python -m conformance.mutate_gpu [--baseline] [--list] [--jobs N] [INDEX ...]
+
+The V2 route (reference/runner_v2.py, and the parts of reference/talker_model.py only CUDA graphs
+exercise) runs nowhere but on a GPU, so its mutations live here rather than in
+conformance/mutate_talker.py (CPU). Each one copies the tree, plants one defect and runs the V2
+selection meant to catch it; RED means caught. The engines of different mutations share the GPU
+(conformance/engines.py fixes their KV cache size), so `--jobs 3` runs three at once.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from conformance.mutation_run import Mutation, main
+
+V2, TM = "reference/runner_v2.py", "reference/talker_model.py"
+
+
+def streams(run_id: str, variant: str = "v2-eager") -> tuple[str, ...]:
+    """One engine run of conformance/cases/talker/engine_runs.yaml under one V2 variant."""
+    return ("conformance/test_talker_streams.py", "-k", f"test_greedy_streams_equal_oracle_goldens and {run_id} and {variant}")
+
+
+# (name, file, old text, new text, pytest arguments that must fail)
+MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
+    ("V2 model state feeds each token the row one position early", V2,
+     "buffer[:n] = self.codes[slot, input_batch.positions[:n]].long()",
+     "buffer[:n] = self.codes[slot, input_batch.positions[:n] - 1].long()", streams("one_zero_shot")),
+    ("V2 sampler gives the contract step the wrong previous row (ramp-down state)", V2,
+     "state.codes[slot, pos].long(),  # the input token's row",
+     "state.codes[slot, pos - 1].long(),  # the input token's row", streams("one_zero_shot", "v2-graphs")),
+    ("V2 sampler writes rows for partial prefill chunks", V2,
+     "keep = (num_sampled > 0)[:, None]",
+     "keep = (num_sampled >= 0)[:, None]", streams("long_prompt_chunked")),
+    ("V2 preemption loses the generated rows (parks an empty slot)", V2,
+     "self.parked[req_id] = self.codes[slot].clone()",
+     "self.parked[req_id] = torch.full_like(self.codes[slot], -1)", streams("preempted_and_resumed")),
+    ("V2 reference rows placed one position late", V2,
+     "self.codes[req_index, positions] = torch.tensor(",
+     "self.codes[req_index, [p + 1 for p in positions]] = torch.tensor(", streams("one_voice_clone")),
+    ("V2 per-request seed ignored", V2,
+     "self.seed[req_index] = seed",
+     "self.seed[req_index] = 0",
+     ("conformance/test_seeded_sampling.py", "-k", "seeded_request and v2")),
+    ("body input freshly allocated (piecewise CUDA graphs read the captured address)", TM,
+     "inputs_embeds = self.inputs_embeds[:num_tokens]\n            inputs_embeds.copy_(mixed)",
+     "inputs_embeds = mixed", streams("one_zero_shot", "v2-graphs")),
+]
+
+
+def mutations() -> list[Mutation]:
+    return [Mutation(name, path, old, new, tuple(args)) for name, path, old, new, args in MUTATIONS]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(mutations(), sys.argv[1:], prefix="mutate_gpu_"))
