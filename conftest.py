@@ -10,8 +10,13 @@ from conformance.environment import REAL_CHECKPOINT_ENV, has_cuda
 
 # CPU engines: a small KV cache unless the caller chose one (vLLM reads it in the worker).
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# Engine processes are spawned, never forked: a test process that already holds engines (their
+# threads) hung forking the next one on the GPU machine (python warns "use of fork() may lead to
+# deadlocks"). vLLM on a CPU spawns anyway.
+os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     cuda = has_cuda()
     real = os.environ.get(REAL_CHECKPOINT_ENV)
