@@ -63,11 +63,11 @@ class EnginePool:
         self._keep_alive = has_cuda()
 
     def get(self, runner: str, args: dict, checkpoint=None, **extra) -> SpeechAPI:
+        checkpoint = checkpoint or cached_checkpoint("tiny", 0)
         key = (runner, repr(sorted(args.items())), repr(sorted(extra.items())), str(checkpoint))
         if key not in self._engines:
             if not self._keep_alive:
                 self.close()
-            checkpoint = checkpoint or cached_checkpoint("tiny", 0)
             kwargs = {**platform_engine_args(), **args, **extra}
             llm = start_llm(checkpoint, runner, dtype="float32", disable_log_stats=False, **kwargs)
             built = built_runners(llm)

@@ -13,11 +13,13 @@ Areas and their catchers:
   rows, the fused table and the tied head): the greedy engine streams against the oracle goldens,
   conformance/test_talker_streams.py, one run each (a CPU engine boots in about 25 s, so one engine
   mutation costs about a minute);
+- reference/worker.py (no silent runner fallback): tests/test_worker_runner_check.py;
 - reference/delay_pattern.py: tests/test_delay_pattern.py; reference/codec.py: the codec goldens,
   conformance/test_codec_golden.py; reference/code_channel.py: tests/test_code_channel.py.
 
 Not collected by pytest (the name does not start with `test_`): one pytest run per mutation, about
-seven minutes on a CPU. The mechanics live in conformance/mutation_run.py.
+seven minutes on a CPU. The mechanics live in conformance/mutation_run.py. The V2 route's
+mutations need a GPU: conformance/mutate_gpu.py.
 """
 
 from __future__ import annotations
