@@ -76,8 +76,7 @@ def bench_runner(runner: str, args, platform: str) -> dict:
     boot = time.perf_counter()
     engine = start_async_llm(checkpoint, runner, **kwargs)
     boot = time.perf_counter() - boot
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    codec = load_codec(checkpoint, device=device)
+    codec = load_codec(checkpoint, device=platform)  # "cuda" or "cpu", also the torch device
     api = SpeechAPI(engine, checkpoint, runner)
     loop = asyncio.new_event_loop()
     try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from conformance.mutation_run import Mutation, main, run_mutations
+from conformance.mutation_run import Mutation, main
 
 TESTS = [
     "conformance/test_deploy_matrix.py",
@@ -115,10 +115,6 @@ def pytest_args(name: str) -> tuple[str, ...]:
 
 def mutations() -> list[Mutation]:
     return [Mutation(name, path, old, new, pytest_args(name)) for name, path, old, new in MUTATIONS]
-
-
-def run(indices: list[int], check_baseline: bool = False) -> int:
-    return run_mutations(mutations(), indices, prefix="mutate_deploy_", check_baseline=check_baseline)
 
 
 if __name__ == "__main__":

@@ -13,33 +13,29 @@ from __future__ import annotations
 
 import sys
 
-from conformance.mutation_run import Mutation, main
+from conformance.mutate_talker import streams
+from conformance.mutation_run import main, mutations_from_table
 
 V2, TM = "reference/runner_v2.py", "reference/talker_model.py"
-
-
-def streams(run_id: str, variant: str = "v2-eager") -> tuple[str, ...]:
-    """One engine run of conformance/cases/talker/engine_runs.yaml under one V2 variant."""
-    return ("conformance/test_talker_streams.py", "-k", f"test_greedy_streams_equal_oracle_goldens and {run_id} and {variant}")
 
 
 # (name, file, old text, new text, pytest arguments that must fail)
 MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("V2 model state feeds each token the row one position early", V2,
      "buffer[:n] = self.codes[slot, input_batch.positions[:n]].long()",
-     "buffer[:n] = self.codes[slot, input_batch.positions[:n] - 1].long()", streams("one_zero_shot")),
+     "buffer[:n] = self.codes[slot, input_batch.positions[:n] - 1].long()", streams("one_zero_shot", "v2-eager")),
     ("V2 sampler gives the contract step the wrong previous row (ramp-down state)", V2,
      "state.codes[slot, pos].long(),  # the input token's row",
      "state.codes[slot, pos - 1].long(),  # the input token's row", streams("one_zero_shot", "v2-graphs")),
     ("V2 sampler writes rows for partial prefill chunks", V2,
      "keep = (num_sampled > 0)[:, None]",
-     "keep = (num_sampled >= 0)[:, None]", streams("long_prompt_chunked")),
+     "keep = (num_sampled >= 0)[:, None]", streams("long_prompt_chunked", "v2-eager")),
     ("V2 preemption loses the generated rows (parks an empty slot)", V2,
      "self.parked[req_id] = self.codes[slot].clone()",
-     "self.parked[req_id] = torch.full_like(self.codes[slot], -1)", streams("preempted_and_resumed")),
+     "self.parked[req_id] = torch.full_like(self.codes[slot], -1)", streams("preempted_and_resumed", "v2-eager")),
     ("V2 reference rows placed one position late", V2,
      "self.codes[req_index, positions] = torch.tensor(",
-     "self.codes[req_index, [p + 1 for p in positions]] = torch.tensor(", streams("one_voice_clone")),
+     "self.codes[req_index, [p + 1 for p in positions]] = torch.tensor(", streams("one_voice_clone", "v2-eager")),
     ("V2 per-request seed ignored", V2,
      "self.seed[req_index] = seed",
      "self.seed[req_index] = 0",
@@ -50,9 +46,5 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
 ]
 
 
-def mutations() -> list[Mutation]:
-    return [Mutation(name, path, old, new, tuple(args)) for name, path, old, new, args in MUTATIONS]
-
-
 if __name__ == "__main__":
-    raise SystemExit(main(mutations(), sys.argv[1:], prefix="mutate_gpu_"))
+    raise SystemExit(main(mutations_from_table(MUTATIONS), sys.argv[1:], prefix="mutate_gpu_"))

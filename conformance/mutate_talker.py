@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 
-from conformance.mutation_run import Mutation, main, run_mutations
+from conformance.mutation_run import main, mutations_from_table
 
 TS, V1, TM = "reference/talker_step.py", "reference/runner_v1.py", "reference/talker_model.py"
 DP, CODEC, CC = "reference/delay_pattern.py", "reference/codec.py", "reference/code_channel.py"
@@ -37,9 +37,12 @@ CODEC_TESTS = ("conformance/test_codec_golden.py",)
 CHANNEL_TESTS = ("tests/test_code_channel.py",)
 
 
-def streams(run_id: str) -> tuple[str, ...]:
-    """The engine-run check of conformance/cases/talker/engine_runs.yaml with this id (V1 on a CPU)."""
-    return ("conformance/test_talker_streams.py", "-k", run_id)
+def streams(run_id: str, variant: str = "v1") -> tuple[str, ...]:
+    """The engine-run check of conformance/cases/talker/engine_runs.yaml with this id, under one
+    runner variant of conformance/test_talker_streams.py (V1 here; conformance/mutate_gpu.py asks
+    for the V2 ones)."""
+    return ("conformance/test_talker_streams.py", "-k",
+            f"test_greedy_streams_equal_oracle_goldens and {run_id} and {variant}")
 
 
 # (name, file, old text, new text, pytest arguments that must fail)
@@ -117,13 +120,5 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
 ]
 
 
-def mutations() -> list[Mutation]:
-    return [Mutation(name, path, old, new, tuple(args)) for name, path, old, new, args in MUTATIONS]
-
-
-def run(indices: list[int], check_baseline: bool = False) -> int:
-    return run_mutations(mutations(), indices, prefix="mutate_talker_", check_baseline=check_baseline)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main(mutations(), sys.argv[1:], prefix="mutate_talker_"))
+    raise SystemExit(main(mutations_from_table(MUTATIONS), sys.argv[1:], prefix="mutate_talker_"))

@@ -1,6 +1,7 @@
 """A small mutation runner: does a pytest selection fail when one planted defect is in the tree?
 
-Shared by the per-area mutation modules (conformance/mutate_deploy.py, conformance/mutate_talker.py).
+Shared by the per-area mutation modules (conformance/mutate_deploy.py, conformance/mutate_talker.py,
+conformance/mutate_gpu.py).
 A mutation is one textual edit of one file: `old` must occur exactly once in it (else the mutation
 no longer applies: the code moved and the list has to follow). For each mutation the runner copies
 the repository to a temporary directory, applies the edit there, runs `python -m pytest` on the
@@ -47,6 +48,11 @@ class Mutation:
     old: str  # must occur exactly once in the file
     new: str
     pytest_args: tuple[str, ...]  # test paths, node ids, -k / --deselect options
+
+
+def mutations_from_table(rows) -> list[Mutation]:
+    """Mutations from rows of (name, file, old text, new text, pytest arguments that must fail)."""
+    return [Mutation(name, path, old, new, tuple(args)) for name, path, old, new, args in rows]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from conformance import talker_cases
-from conformance.engines import EnginePool, runner_params
+from conformance.engines import runner_params
 from fixtures.cache import cached_checkpoint
 
 pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]
@@ -14,13 +14,6 @@ CASE = yaml.safe_load((talker_cases.CASES_DIR / "seeded.yaml").read_text())
 PROMPTS = talker_cases.load_prompts()
 BY_ID = {p["id"]: p for p in PROMPTS["prompts"]}
 GOLDENS = talker_cases.load_goldens()["streams"]
-
-
-@pytest.fixture(scope="module")
-def pool():
-    engines = EnginePool()
-    yield engines
-    engines.close()
 
 
 def _target(**changes):

@@ -15,7 +15,7 @@ import os
 import pytest
 
 from conformance import talker_cases
-from conformance.engines import EnginePool, preemptions, runner_params
+from conformance.engines import preemptions, runner_params
 
 pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine]
 
@@ -32,13 +32,6 @@ VARIANTS = {
     "v2-eager": {"enforce_eager": True},
     "v2-graphs": {"enforce_eager": False, "compilation_config": GRAPHS},
 }
-
-
-@pytest.fixture(scope="module")
-def pool():
-    engines = EnginePool()
-    yield engines
-    engines.close()
 
 
 @pytest.fixture(scope="session")
