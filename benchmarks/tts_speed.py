@@ -25,10 +25,10 @@ import uuid
 
 import torch
 
-from fixtures.cache import cached_checkpoint
-from reference.codec import load_codec
-from reference.deploy_profiles import resolve_deployment
-from reference.engine import deployment_engine_kwargs, start_async_llm
+from higgs_dummy.cache import cached_checkpoint
+from reference.codec.model import load_codec
+from reference.deploy.resolve import resolve_deployment
+from reference.talker.engine import deployment_engine_kwargs, start_async_llm
 from reference.speech import SpeechAPI, SpeechRequest
 
 PROFILES = {"v2": "default", "v1": "high_throughput"}

@@ -7,8 +7,8 @@ import gc
 import pytest
 
 from conformance.environment import has_cuda
-from fixtures.cache import cached_checkpoint
-from reference.engine import built_runners, start_llm
+from higgs_dummy.cache import cached_checkpoint
+from reference.talker.engine import built_runners, start_llm
 from reference.speech import SpeechAPI
 
 V2_ON_CPU_SKIP = (

@@ -30,8 +30,8 @@ ORDER_TESTS = [
     "conformance/test_deploy_precedence.py::test_deploy_rule_order",
     "conformance/test_deploy_precedence.py::test_runner_rule_order",
 ]
-DP, PM, FS = "reference/deploy_profiles.py", "reference/platform_matrix.py", "reference/feature_switches.py"
-SV, PS, PL = "reference/sampling_validation.py", "reference/profile_schema.py", "reference/profile_loader.py"
+DP, PM, FS = "reference/deploy/resolve.py", "reference/deploy/platform_matrix.py", "reference/deploy/switches.py"
+SV, PS, PL = "reference/deploy/sampling.py", "reference/deploy/schema.py", "reference/deploy/loader.py"
 
 # (name, file, old text, new text); "REMOVE" mutations run without the rule-order tests, so a
 # behaviour test has to catch them.
@@ -71,7 +71,7 @@ MUTATIONS += [
     ("full_decode_cudagraphs does not change the cudagraph mode", FS,
      'return "FULL_AND_PIECEWISE" if options.full_decode_cudagraphs else "PIECEWISE"', 'return "FULL_AND_PIECEWISE"'),
     ("first chunk window alignment unchecked", FS, "    if profile_frames % CODEC_WINDOW_FRAMES:", "    if False:"),
-    ("TalkerOptions.from_dict accepts unknown keys", FS, "        if unknown or missing:", "        if missing:"),
+    ("TalkerOptions.from_dict accepts unknown keys", "reference/talker/options.py", "        if unknown or missing:", "        if missing:"),
     ("V1 async warning dropped", DP, 'if ctx.choice.runner == "v1" and values[("async_scheduling",)]:', "if False:"),
     ("warnings logged twice", DP, "        logger.warning(message)",
      "        logger.warning(message)\n        logger.warning(message)"),
@@ -92,7 +92,7 @@ MUTATIONS += [
      '            self.fail(path, f"must be a mapping, got {type(value).__name__} {value!r}")', "            return {}"),
     ("stage without stage_id accepted", PS, 'if not isinstance(stage, Mapping) or "stage_id" not in stage:',
      "if not isinstance(stage, Mapping):"),
-    ("unknown profile key accepted", PS, '                self.fail(path, "unknown key (see reference/profile_schema.py)")',
+    ("unknown profile key accepted", PS, '                self.fail(path, "unknown key (see reference/deploy/schema.py)")',
      "                pass"),
     ("logprobs 0 accepted", SV, '    "logprobs": (None,),', '    "logprobs": (None, 0),'),
     ("unknown sampling field passes", SV, '            raise SamplingParamsError(\n                f"{where}: unknown',

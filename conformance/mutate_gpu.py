@@ -2,7 +2,7 @@
 
     python -m conformance.mutate_gpu [--baseline] [--list] [--jobs N] [INDEX ...]
 
-The V2 route (reference/runner_v2.py, and the parts of reference/talker_model.py only CUDA graphs
+The V2 route (reference/talker/runner_v2.py, and the parts of reference/talker/model.py only CUDA graphs
 exercise) runs nowhere but on a GPU, so its mutations live here rather than in
 conformance/mutate_talker.py (CPU). Each one copies the tree, plants one defect and runs the V2
 selection meant to catch it; RED means caught. The engines of different mutations share the GPU
@@ -16,7 +16,7 @@ import sys
 from conformance.mutate_talker import streams
 from conformance.mutation_run import main, mutations_from_table
 
-V2, TM = "reference/runner_v2.py", "reference/talker_model.py"
+V2, TM = "reference/talker/runner_v2.py", "reference/talker/model.py"
 
 
 # (name, file, old text, new text, pytest arguments that must fail)

@@ -8,14 +8,14 @@ catch it and reports RED (caught) or GREEN (survived). Exit status 1 if any muta
 no longer applies. `--baseline` first checks that every selection passes on the unmutated tree.
 
 Areas and their catchers:
-- reference/talker_step.py (the generation contract, sampling noise): tests/test_talker_step.py;
-- reference/runner_v1.py and reference/talker_model.py (audio feedback, chunked prefill, reference
+- reference/talker/step.py (the generation contract, sampling noise): tests/test_talker_step.py;
+- reference/talker/runner_v1.py and reference/talker/model.py (audio feedback, chunked prefill, reference
   rows, the fused table and the tied head): the greedy engine streams against the oracle goldens,
   conformance/test_talker_streams.py, one run each (a CPU engine boots in about 25 s, so one engine
   mutation costs about a minute);
-- reference/worker.py (no silent runner fallback): tests/test_worker_runner_check.py;
-- reference/delay_pattern.py: tests/test_delay_pattern.py; reference/codec.py: the codec goldens,
-  conformance/test_codec_golden.py; reference/code_channel.py: tests/test_code_channel.py.
+- reference/talker/worker.py (no silent runner fallback): tests/test_worker_runner_check.py;
+- reference/codec/delay_pattern.py: tests/test_delay_pattern.py; reference/codec/model.py: the codec goldens,
+  conformance/test_codec_golden.py; reference/talker/code_channel.py: tests/test_code_channel.py.
 
 Not collected by pytest (the name does not start with `test_`): one pytest run per mutation, about
 seven minutes on a CPU. The mechanics live in conformance/mutation_run.py. The V2 route's
@@ -28,8 +28,8 @@ import sys
 
 from conformance.mutation_run import main, mutations_from_table
 
-TS, V1, TM = "reference/talker_step.py", "reference/runner_v1.py", "reference/talker_model.py"
-DP, CODEC, CC = "reference/delay_pattern.py", "reference/codec.py", "reference/code_channel.py"
+TS, V1, TM = "reference/talker/step.py", "reference/talker/runner_v1.py", "reference/talker/model.py"
+DP, CODEC, CC = "reference/codec/delay_pattern.py", "reference/codec/model.py", "reference/talker/code_channel.py"
 
 STEP_TESTS = ("tests/test_talker_step.py",)
 DELAY_TESTS = ("tests/test_delay_pattern.py",)
@@ -47,7 +47,7 @@ def streams(run_id: str, variant: str = "v1") -> tuple[str, ...]:
 
 # (name, file, old text, new text, pytest arguments that must fail)
 MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
-    # -- reference/talker_step.py ----------------------------------------------------------------
+    # -- reference/talker/step.py ----------------------------------------------------------------
     ("lead-in one step too short", TS,
      "codes = torch.where(~ramping[:, None] & (q > step[:, None]), BOC, sampled)",
      "codes = torch.where(~ramping[:, None] & (q > step[:, None] + 1), BOC, sampled)", STEP_TESTS),
@@ -63,7 +63,7 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("gumbel noise identical for all codebooks", TS,
      "key = _mix32(key[:, None] ^ (q[None, :] * 0x9E3779B1 & _MASK32))",
      "key = _mix32(key[:, None] ^ (q[None, :] * 0 & _MASK32))", STEP_TESTS),
-    # -- reference/runner_v1.py ------------------------------------------------------------------
+    # -- reference/talker/runner_v1.py ------------------------------------------------------------------
     ("V1 sampler stores a step's row one position late (feedback from the wrong step)", V1,
      "host.codes[host.prompt_len + index] = codes_host[i]",
      "host.codes[host.prompt_len + index + 1] = codes_host[i]", streams("one_zero_shot")),
@@ -77,29 +77,30 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
      "codes[placeholder_positions(prompt, placeholder_id, len(rows))] = np.asarray(rows, dtype=np.int64)",
      "codes[[p + 1 for p in placeholder_positions(prompt, placeholder_id, len(rows))]] = np.asarray(rows, dtype=np.int64)",
      streams("one_voice_clone")),
-    # -- reference/talker_model.py ---------------------------------------------------------------
+    # -- reference/talker/model.py ---------------------------------------------------------------
     ("fused codebook offsets wrong", TM,
-     "torch.arange(N, dtype=torch.long) * VOCAB",
-     "torch.arange(N, dtype=torch.long) * (VOCAB - 1)", streams("one_zero_shot")),
+     "torch.arange(NUM_CODEBOOKS, dtype=torch.long) * CODEBOOK_VOCAB",
+     "torch.arange(NUM_CODEBOOKS, dtype=torch.long) * (CODEBOOK_VOCAB - 1)", streams("one_zero_shot")),
     ("audio head not tied (the table read codebook-interleaved)", TM,
-     "table = self.audio_embedding.weight[: N * VOCAB]",
-     "table = self.audio_embedding.weight[: N * VOCAB].view(VOCAB, N, -1).transpose(0, 1).reshape(N * VOCAB, -1)",
+     "table = self.audio_embedding.weight[: NUM_CODEBOOKS * CODEBOOK_VOCAB]",
+     "table = self.audio_embedding.weight[: NUM_CODEBOOKS * CODEBOOK_VOCAB]"
+     ".view(CODEBOOK_VOCAB, NUM_CODEBOOKS, -1).transpose(0, 1).reshape(NUM_CODEBOOKS * CODEBOOK_VOCAB, -1)",
      streams("one_zero_shot")),
     ("audio feedback disabled (is_audio always False)", TM,
      "is_audio = codes[:, :1] >= 0",
      "is_audio = codes[:, :1] < -1", streams("one_zero_shot")),
-    # -- reference/worker.py --------------------------------------------------------------------
-    ("a V1 engine accepted when V2 was asked for (silent fallback)", "reference/worker.py",
+    # -- reference/talker/worker.py --------------------------------------------------------------------
+    ("a V1 engine accepted when V2 was asked for (silent fallback)", "reference/talker/worker.py",
      "        if built != wanted:\n",
      "        if built != wanted and wanted == \"v1\":\n", ("tests/test_worker_runner_check.py",)),
-    # -- reference/delay_pattern.py --------------------------------------------------------------
+    # -- reference/codec/delay_pattern.py --------------------------------------------------------------
     ("revert off by one (codebook q read with delay q - 1)", DP,
      "parts = [rows[q : q + t, q] for q in range(n)]",
      "parts = [rows[max(q - 1, 0) : max(q - 1, 0) + t, q] for q in range(n)]", DELAY_TESTS),
     ("BOC counted as a real code", DP,
      "real = (codes >= 0) & (codes < CODEBOOK_SIZE)",
      "real = (codes >= 0) & (codes <= CODEBOOK_SIZE)", DELAY_TESTS),
-    # -- reference/codec.py ----------------------------------------------------------------------
+    # -- reference/codec/model.py ----------------------------------------------------------------------
     ("DAC decoder keeps its tanh", CODEC,
      "    decoder.tanh = nn.Identity()\n",
      "", CODEC_TESTS),
@@ -109,7 +110,7 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("project_out bias dropped", CODEC,
      "summed = (projected + self.project_out_bias[:, None, :]).sum(0)",
      "summed = projected.sum(0)", CODEC_TESTS),
-    # -- reference/code_channel.py ---------------------------------------------------------------
+    # -- reference/talker/code_channel.py ---------------------------------------------------------------
     ("codebook offset dropped from the code ids", CC,
      "offsets = CODE_ID_OFFSET + torch.arange(NUM_CODEBOOKS, device=codes.device) * CODEBOOK_VOCAB",
      "offsets = CODE_ID_OFFSET + torch.zeros(NUM_CODEBOOKS, dtype=torch.long, device=codes.device)",

@@ -23,7 +23,7 @@ from conformance.oracles import codec_numpy
 
 def fixture_weights(codec: dict[str, Any]) -> dict[str, np.ndarray]:
     """The fixture codec's tensors (transformers layout) as float32 numpy arrays."""
-    from fixtures.codec_weights import codec_config, codec_state_dict
+    from higgs_dummy.codec_weights import codec_config, codec_state_dict
 
     state = codec_state_dict(codec_config(codec["size"]), int(codec["seed"]))
     return {name: tensor.numpy() for name, tensor in state.items()}

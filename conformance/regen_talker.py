@@ -2,7 +2,7 @@
 
     python -m conformance.regen_talker [OUT_PATH]
 
-The only writer of golden/talker. The oracle (reference/oracle.py: transformers' Qwen3, eager
+The only writer of golden/talker. The oracle (conformance/oracles/talker_torch.py: transformers' Qwen3, eager
 float32, the contract read literally) shares no step code with the vLLM talker. Goldens are greedy;
 each records its smallest top-1/top-2 logit margin, so a reader sees how decisive it is.
 """
@@ -18,9 +18,9 @@ import torch
 import transformers
 
 from conformance import talker_cases
-from fixtures.cache import cached_checkpoint
-from fixtures.checkpoint import checkpoint_digest
-from reference.oracle import OracleTalker
+from higgs_dummy.cache import cached_checkpoint
+from higgs_dummy.checkpoint import checkpoint_digest
+from conformance.oracles.talker_torch import OracleTalker
 from reference.speech import SpeechAPI
 
 
@@ -45,7 +45,7 @@ def build_goldens() -> dict:
     return {
         "tolerance": "exact: every row of 8 codes and every LM token equal",
         "provenance": {
-            "generator": "reference.oracle.OracleTalker (transformers Qwen3Model, eager, float32, CPU)",
+            "generator": "conformance.oracles.talker_torch.OracleTalker (transformers Qwen3Model, eager, float32, CPU)",
             "sampling": "greedy",
             "checkpoint": {**spec, "sha256": checkpoint_digest(checkpoint)},
             "versions": {"python": platform.python_version(), "torch": torch.__version__,

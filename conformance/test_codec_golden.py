@@ -17,11 +17,11 @@ import torch
 from torch import nn
 
 from conformance import codec_cases
-from fixtures.codec_instances import fixture_codec, one_torch_thread
+from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
 from conformance.oracles import codec_numpy
-from fixtures.codec_weights import codec_config, codec_state_dict, to_boson_layout
-from reference import delay_pattern
-from reference.codec import Codec
+from higgs_dummy.codec_weights import codec_config, codec_state_dict, to_boson_layout
+from reference.codec import delay_pattern
+from reference.codec.model import Codec
 
 pytestmark = pytest.mark.cpu
 

@@ -6,8 +6,9 @@ import logging
 import pytest
 
 from conformance.deploy_cases import cases
-from reference.deploy_profiles import resolve_deployment
-from reference.feature_switches import HF_OVERRIDES_KEY, SWITCH_NAMES, TalkerOptions, resolve_switches
+from reference.deploy.resolve import resolve_deployment
+from reference.deploy.switches import SWITCH_NAMES, resolve_switches
+from reference.talker.options import HF_OVERRIDES_KEY, TalkerOptions
 
 pytestmark = pytest.mark.cpu
 LOGGER = "higgs_ref.deploy"

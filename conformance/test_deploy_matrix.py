@@ -6,8 +6,8 @@ from dataclasses import astuple
 import pytest
 
 from conformance.deploy_cases import cases, load_file
-from reference.deploy_profiles import PROFILES_DIR, resolve_deployment
-from reference.platform_matrix import PLATFORMS, RunnerUnavailable
+from reference.deploy.resolve import PROFILES_DIR, resolve_deployment
+from reference.deploy.platform_matrix import PLATFORMS, RunnerUnavailable
 
 pytestmark = pytest.mark.cpu
 

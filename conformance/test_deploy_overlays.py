@@ -5,7 +5,7 @@ from dataclasses import asdict
 import pytest
 
 from conformance.deploy_cases import cases, fill, load_file
-from reference.deploy_profiles import load_yaml, merge_chain, load_chain, resolve_deployment
+from reference.deploy.resolve import load_yaml, merge_chain, load_chain, resolve_deployment
 
 pytestmark = pytest.mark.cpu
 

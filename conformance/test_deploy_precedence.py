@@ -4,8 +4,8 @@ and every case file of this suite follows the case conventions."""
 import pytest
 
 from conformance.deploy_cases import SECTIONS, check_file, load_file
-from reference.deploy_profiles import PRECEDENCE
-from reference.platform_matrix import RUNNER_RULES
+from reference.deploy.resolve import PRECEDENCE
+from reference.deploy.platform_matrix import RUNNER_RULES
 
 pytestmark = pytest.mark.cpu
 

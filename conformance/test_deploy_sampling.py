@@ -3,8 +3,8 @@
 import pytest
 
 from conformance.deploy_cases import cases, fill
-from reference.deploy_profiles import resolve_deployment
-from reference.sampling_validation import SamplingParamsError, validate_sampling_params
+from reference.deploy.resolve import resolve_deployment
+from reference.deploy.sampling import SamplingParamsError, validate_sampling_params
 
 pytestmark = pytest.mark.cpu
 

@@ -8,9 +8,9 @@ import yaml
 from conformance import talker_cases
 from conformance.engines import platform_engine_args
 from conformance.environment import has_cuda
-from fixtures.cache import cached_checkpoint
-from reference.deploy_profiles import resolve_deployment
-from reference.engine import built_runners, start_llm_for_deployment
+from higgs_dummy.cache import cached_checkpoint
+from reference.deploy.resolve import resolve_deployment
+from reference.talker.engine import built_runners, start_llm_for_deployment
 from reference.speech import SpeechAPI
 
 pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]

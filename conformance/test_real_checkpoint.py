@@ -12,10 +12,10 @@ from safetensors import safe_open
 from transformers import AutoTokenizer
 
 from conformance.environment import REAL_CHECKPOINT_ENV
-from reference.codec import load_codec
-from reference.hf_config import ARCHITECTURE, MODEL_TYPE
-from reference.special_tokens import special_ids
-from reference.talker_model import weight_target
+from reference.codec.model import load_codec
+from reference.talker.config import ARCHITECTURE, MODEL_TYPE
+from reference.talker.special_tokens import special_ids
+from reference.talker.model import weight_target
 
 pytestmark = [pytest.mark.real_weights, pytest.mark.slow]
 

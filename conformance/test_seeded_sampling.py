@@ -6,7 +6,7 @@ import yaml
 
 from conformance import talker_cases
 from conformance.engines import runner_params
-from fixtures.cache import cached_checkpoint
+from higgs_dummy.cache import cached_checkpoint
 
 pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]
 

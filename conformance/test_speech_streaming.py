@@ -13,13 +13,13 @@ import yaml
 
 from conformance import talker_cases
 from conformance.engines import platform_engine_args, runner_params
-from fixtures.cache import cached_checkpoint
-from reference.codec import load_codec
-from reference.delay_pattern import rows_to_frames
-from reference.engine import start_async_llm
+from higgs_dummy.cache import cached_checkpoint
+from reference.codec.model import load_codec
+from reference.codec.delay_pattern import rows_to_frames
+from reference.talker.engine import start_async_llm
 from reference.speech import SpeechAPI
-from reference.stream_geometry import StreamGeometry
-from reference.streaming import agreement
+from reference.codec.geometry import StreamGeometry
+from reference.codec.streaming import agreement
 
 pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from conformance import codec_cases
-from fixtures.codec_instances import fixture_codec, one_torch_thread
-from reference.stream_geometry import DEFAULT_GEOMETRY, StreamGeometry
-from reference.streaming import agreement, stitched_stream
+from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
+from reference.codec.geometry import DEFAULT_GEOMETRY, StreamGeometry
+from reference.codec.streaming import agreement, stitched_stream
 
 pytestmark = pytest.mark.cpu
 

@@ -102,8 +102,8 @@ def test_decoded_audio_equals_the_oracle_audio(variant, pool):
 
     from conformance.codec_cases import load_decode_cases
     from conformance.oracles import codec_numpy
-    from reference.codec import load_codec, read_codec_tensors
-    from reference.delay_pattern import rows_to_frames
+    from reference.codec.model import load_codec, read_codec_tensors
+    from reference.codec.delay_pattern import rows_to_frames
 
     engine = RUNS["engines"]["base"]
     api = pool.get(variant.split("-")[0], {**engine["args"], **VARIANTS[variant]})

@@ -1,6 +1,6 @@
 """vLLM plugin (entry point group `vllm.general_plugins`): registers the Higgs v3 config and talker."""
 
-from reference.hf_config import ARCHITECTURE, register_with_transformers
+from reference.talker.config import ARCHITECTURE, register_with_transformers
 
 
 def register() -> None:
@@ -8,4 +8,4 @@ def register() -> None:
 
     register_with_transformers()
     if ARCHITECTURE not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(ARCHITECTURE, "reference.talker_model:HiggsMultimodalQwen3ForConditionalGeneration")
+        ModelRegistry.register_model(ARCHITECTURE, "reference.talker.model:HiggsMultimodalQwen3ForConditionalGeneration")

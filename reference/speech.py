@@ -11,14 +11,14 @@ import torch
 from transformers import AutoTokenizer
 from vllm.inputs import TokensPrompt
 
-from reference import code_channel, prompts
-from reference.codec import Codec
-from reference.delay_pattern import real_frames, revert_delay, rows_to_frames
-from reference.sampling_validation import validate_sampling_params
-from reference.special_tokens import special_ids
-from reference.stream_geometry import StreamGeometry
-from reference.streaming import StreamingDecoder
-from reference.talker_step import N
+from reference.talker import code_channel, prompts
+from reference.codec.model import Codec
+from reference.codec.delay_pattern import real_frames, revert_delay, rows_to_frames
+from reference.deploy.sampling import validate_sampling_params
+from reference.talker.special_tokens import special_ids
+from reference.codec.geometry import StreamGeometry
+from reference.codec.streaming import StreamingDecoder
+from reference.codebooks import NUM_CODEBOOKS
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ class SpeechResult:
     @property
     def frames(self) -> torch.Tensor:
         """Real codec frames: rows reverted, frames holding BOC/EOC dropped. [8, T]"""
-        if len(self.rows) < N:
-            return torch.empty(N, 0, dtype=torch.long)
+        if len(self.rows) < NUM_CODEBOOKS:
+            return torch.empty(NUM_CODEBOOKS, 0, dtype=torch.long)
         return rows_to_frames(torch.tensor(self.rows, dtype=torch.long))
 
 
@@ -119,7 +119,7 @@ class RowsToFrames:
 
     def add(self, rows: list[list[int]]) -> torch.Tensor:
         self.rows.extend(rows)
-        ready = [revert_delay(torch.tensor(self.rows[t : t + N])) for t in range(self.done, len(self.rows) - N + 1)]
+        ready = [revert_delay(torch.tensor(self.rows[t : t + NUM_CODEBOOKS])) for t in range(self.done, len(self.rows) - NUM_CODEBOOKS + 1)]
         self.done += len(ready)
-        frames = torch.cat(ready, dim=1) if ready else torch.empty(N, 0, dtype=torch.long)  # [8, n]
+        frames = torch.cat(ready, dim=1) if ready else torch.empty(NUM_CODEBOOKS, 0, dtype=torch.long)  # [8, n]
         return real_frames(frames)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from vllm.logprobs import FlatLogprobs
 
-from reference import code_channel
+from reference.talker import code_channel
 
 pytestmark = pytest.mark.cpu
 

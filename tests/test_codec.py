@@ -10,10 +10,10 @@ from torch import nn
 from transformers.models.dac.modeling_dac import DacDecoder
 
 from conformance.oracles import codec_numpy
-from fixtures.codec_instances import fixture_codec, one_torch_thread
-from fixtures.codec_weights import codec_config, codec_state_dict, to_boson_layout
-from reference.codec import CODEC_PREFIX, Codec, load_codec
-from reference.codec_layouts import CodecWeightsError
+from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
+from higgs_dummy.codec_weights import codec_config, codec_state_dict, to_boson_layout
+from reference.codec.model import CODEC_PREFIX, Codec, load_codec
+from reference.codec.layouts import CodecWeightsError
 
 pytestmark = pytest.mark.cpu
 
@@ -121,7 +121,7 @@ def test_weight_norm_factors_are_applied_not_ignored(tiny_sd):
 
 
 def test_parametrized_weight_norm_names_load(tiny_sd):
-    from reference.codec_layouts import boson_base
+    from reference.codec.layouts import boson_base
 
     boson = to_boson_layout(tiny_sd, TINY)
     sd = dict(tiny_sd)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from conformance.oracles import delay_numpy
-from reference.delay_pattern import BOC, EOC, apply_delay, real_frame_mask, real_frames, revert_delay, rows_to_frames
+from reference.codec.delay_pattern import BOC, EOC, apply_delay, real_frame_mask, real_frames, revert_delay, rows_to_frames
 
 pytestmark = pytest.mark.cpu
 

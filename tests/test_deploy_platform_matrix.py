@@ -2,7 +2,7 @@
 
 import pytest
 
-from reference.platform_matrix import (
+from reference.deploy.platform_matrix import (
     PLATFORMS,
     RunnerUnavailable,
     select_runner,
@@ -34,7 +34,7 @@ def test_each_request_on_each_platform(platform):
 def test_unavailable_message_names_origin_platform_and_v1_profile():
     msg = unavailable_message("cpu", "p.yaml")
     assert msg.startswith("model_runner: v2 (set by p.yaml) is not available on platform 'cpu' (")
-    assert "Triton" in msg and "reference/profiles/low_latency.yaml" in msg
+    assert "Triton" in msg and "reference/deploy/profiles/low_latency.yaml" in msg
 
 
 def test_bad_inputs():

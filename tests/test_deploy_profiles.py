@@ -7,8 +7,8 @@ from dataclasses import astuple
 import pytest
 import yaml
 
-from reference import show_config
-from reference.deploy_profiles import (
+from reference.deploy import cli as show_config
+from reference.deploy.resolve import (
     PROFILES_DIR,
     display_path,
     load_chain,
@@ -16,9 +16,9 @@ from reference.deploy_profiles import (
     profile_path,
     resolve_deployment,
 )
-from reference.platform_matrix import PLATFORMS
-from reference.profile_schema import walk_profile
-from reference.stream_geometry import DEFAULT_GEOMETRY, UPSTREAM_V1
+from reference.deploy.platform_matrix import PLATFORMS
+from reference.deploy.schema import walk_profile
+from reference.codec.geometry import DEFAULT_GEOMETRY, UPSTREAM_V1
 
 pytestmark = pytest.mark.cpu
 SHIPPED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
@@ -78,7 +78,7 @@ def test_profile_path():
 
 
 def test_display_path(tmp_path):
-    assert display_path(PROFILES_DIR / "default.yaml") == "reference/profiles/default.yaml"
+    assert display_path(PROFILES_DIR / "default.yaml") == "reference/deploy/profiles/default.yaml"
     assert display_path(tmp_path / "p.yaml") == str(tmp_path / "p.yaml")
 
 
@@ -135,9 +135,9 @@ def test_show_config_text(capsys):
     lines = {line.split(" = ")[0]: line for line in out.splitlines() if " = " in line}
     assert lines["max_num_seqs"].endswith("# override")
     assert lines["runner"].endswith(
-        "# platform matrix: cpu pins V1 (model_runner: prefer-v2 from reference/profiles/default.yaml)"
+        "# platform matrix: cpu pins V1 (model_runner: prefer-v2 from reference/deploy/profiles/default.yaml)"
     )
-    assert lines["enforce_eager"].endswith("# reference/profiles/default.yaml platforms.cpu")
+    assert lines["enforce_eager"].endswith("# reference/deploy/profiles/default.yaml platforms.cpu")
     assert lines["codec.left_context_frames"].endswith("# platform matrix: cpu pins V1 (V1 geometry)")
     assert lines["options.device_talker_state"].endswith("# runner default (v1)")
     assert 'env.VLLM_USE_V2_MODEL_RUNNER = "0"' in out
@@ -146,7 +146,7 @@ def test_show_config_text(capsys):
 def test_show_config_json(capsys):
     assert show_config.main(["--profile", "h200_v2", "--platform", "cuda", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["runner"] == "v2" and data["origins"]["max_num_seqs"] == "reference/profiles/h200_v2.yaml"
+    assert data["runner"] == "v2" and data["origins"]["max_num_seqs"] == "reference/deploy/profiles/h200_v2.yaml"
     assert list(data["geometry"].values()) == list(astuple(DEFAULT_GEOMETRY))
 
 
@@ -185,7 +185,7 @@ def test_yaml_safe_load_shares_anchors_which_the_loader_undoes(tmp_path):
     raw = yaml.safe_load(text)
     assert raw["b"] is raw["x-a"]  # the hazard the loader exists to remove
     (tmp_path / "f.yaml").write_text(text)
-    from reference.deploy_profiles import load_yaml
+    from reference.deploy.resolve import load_yaml
 
     loaded = load_yaml(tmp_path / "f.yaml")
     assert loaded["b"] == loaded["x-a"] and loaded["b"] is not loaded["x-a"]

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from reference.feature_switches import (
+from reference.deploy.switches import (
     SWITCH_NAMES,
     SWITCHES,
     TalkerOptions,

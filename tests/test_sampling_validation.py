@@ -3,7 +3,7 @@
 import msgspec
 import pytest
 
-from reference.sampling_validation import (
+from reference.deploy.sampling import (
     LOGPROB_FIELDS,
     NEUTRAL_VALUES,
     SUPPORTED_FIELDS,
@@ -52,7 +52,7 @@ def test_v2_message_names_the_v1_profile_and_v1_message_does_not_promise_it():
         validate_sampling_params({"presence_penalty": 0.5}, "v2")
     with pytest.raises(SamplingParamsError) as v1:
         validate_sampling_params({"presence_penalty": 0.5}, "v1")
-    assert "reference/profiles/low_latency.yaml" in str(v2.value)
+    assert "reference/deploy/profiles/low_latency.yaml" in str(v2.value)
     assert "does not add it either" in str(v1.value)
 
 

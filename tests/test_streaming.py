@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from fixtures.codec_instances import fixture_codec, one_torch_thread
-from reference.stream_geometry import DEFAULT_GEOMETRY, UPSTREAM_V1, StreamGeometry
-from reference.streaming import (
+from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
+from reference.codec.geometry import DEFAULT_GEOMETRY, UPSTREAM_V1, StreamGeometry
+from reference.codec.streaming import (
     StreamingDecoder,
     agreement,
     decoder_context_frames,

@@ -1,16 +1,17 @@
-"""The batched talker step (reference/talker_step.py) against the oracle's literal contract."""
+"""The batched talker step (reference/talker/step.py) against the oracle's literal contract."""
 
 import pytest
 import torch
 
-from reference.oracle import contract_row
-from reference.talker_step import BOC, EOC, N, VOCAB, gumbel_noise, leading_eoc, talker_step
+from conformance.oracles.talker_torch import contract_row
+from reference.codebooks import BOC, CODEBOOK_VOCAB, EOC, NUM_CODEBOOKS
+from reference.talker.step import gumbel_noise, leading_eoc, talker_step
 
 pytestmark = pytest.mark.cpu
 
 
 def _random_logits(generator: torch.Generator, eoc_boost: float) -> torch.Tensor:
-    logits = torch.randn(N, VOCAB, generator=generator) * 5
+    logits = torch.randn(NUM_CODEBOOKS, CODEBOOK_VOCAB, generator=generator) * 5
     logits[0, EOC] += eoc_boost
     return logits
 
@@ -31,26 +32,26 @@ def _greedy(logits, prev_rows, steps):
 @pytest.mark.parametrize("eoc_step", [0, 3, 7, 12])
 def test_greedy_rows_follow_the_contract_through_lead_in_and_ramp_down(eoc_step):
     gen = torch.Generator().manual_seed(eoc_step)
-    remaining, prev = None, torch.full((1, N), -1)
-    for step in range(eoc_step + N + 2):
+    remaining, prev = None, torch.full((1, NUM_CODEBOOKS), -1)
+    for step in range(eoc_step + NUM_CODEBOOKS + 2):
         logits = _random_logits(gen, eoc_boost=100.0 if step == eoc_step else -100.0)
         expected, remaining = contract_row(logits, step, remaining)
         codes, done = _greedy(logits[None], prev, [step])
         if expected is None:
-            assert bool(done[0]) and codes[0].tolist() == [EOC] * N
+            assert bool(done[0]) and codes[0].tolist() == [EOC] * NUM_CODEBOOKS
             break
         assert not bool(done[0])
         assert codes[0].tolist() == expected, f"step {step}"
         prev = codes
     else:
         pytest.fail("the request never finished")
-    assert step == eoc_step + N  # EOC row, 7 ramp-down rows, then EOS
+    assert step == eoc_step + NUM_CODEBOOKS  # EOC row, 7 ramp-down rows, then EOS
 
 
 def test_batch_rows_are_independent():
     gen = torch.Generator().manual_seed(1)
     logits = torch.stack([_random_logits(gen, 0.0) for _ in range(3)])
-    prev = torch.tensor([[-1] * N, [5] * N, [EOC, EOC, 3, 4, 5, 6, 7, 8]])
+    prev = torch.tensor([[-1] * NUM_CODEBOOKS, [5] * NUM_CODEBOOKS, [EOC, EOC, 3, 4, 5, 6, 7, 8]])
     steps = [0, 9, 20]
     codes, done = _greedy(logits, prev, steps)
     for i in range(3):
@@ -62,19 +63,19 @@ def test_batch_rows_are_independent():
 
 
 def test_only_codebook_zero_may_sample_eoc_and_no_active_codebook_boc():
-    logits = torch.zeros(1, N, VOCAB)
+    logits = torch.zeros(1, NUM_CODEBOOKS, CODEBOOK_VOCAB)
     logits[0, :, EOC] = 1e4
     logits[0, :, BOC] = 1e4
     logits[0, :, 17] = 1.0
-    codes, _ = _greedy(logits, torch.full((1, N), 7), [20])
-    assert codes[0].tolist() == [EOC] + [17] * (N - 1)
+    codes, _ = _greedy(logits, torch.full((1, NUM_CODEBOOKS), 7), [20])
+    assert codes[0].tolist() == [EOC] + [17] * (NUM_CODEBOOKS - 1)
     assert leading_eoc(codes).item() == 1  # the ramp-down starts
 
 
 def test_seeded_sampling_is_batch_invariant_and_seed_dependent():
     gen = torch.Generator().manual_seed(2)
     logits = torch.stack([_random_logits(gen, 0.0) for _ in range(4)])
-    prev = torch.full((4, N), 3)
+    prev = torch.full((4, NUM_CODEBOOKS), 3)
 
     def sample(rows, seeds):
         b = len(rows)
@@ -91,7 +92,7 @@ def test_seeded_sampling_is_batch_invariant_and_seed_dependent():
 def test_top_k_one_is_greedy_and_noise_differs_per_codebook():
     gen = torch.Generator().manual_seed(3)
     logits = _random_logits(gen, 0.0)[None]
-    prev = torch.full((1, N), 3)
+    prev = torch.full((1, NUM_CODEBOOKS), 3)
     greedy, _ = _greedy(logits, prev, [10])
     top1, _ = talker_step(logits, prev, torch.tensor([10]), torch.ones(1), torch.ones(1, dtype=torch.long),
                           torch.ones(1), torch.tensor([5]))

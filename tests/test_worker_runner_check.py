@@ -2,7 +2,7 @@
 
 import pytest
 
-from reference.worker import runner_mismatch
+from reference.talker.worker import runner_mismatch
 
 
 @pytest.mark.parametrize("built, env, resolved", [("v2", "1", "v2"), ("v1", "0", "v1"), ("v1", None, None),

@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 UPSAMPLING_RATIOS = (8, 5, 4, 2, 3)
+# Own copies of the format's constants, on purpose: an independent oracle shares no code with reference/.
 NUM_CODEBOOKS = 8
 DILATIONS = (1, 3, 9)
 

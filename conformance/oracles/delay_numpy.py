@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+# Own copies of the format's constants, on purpose: an independent oracle shares no code with reference/.
 BOC, EOC = 1024, 1025
 
 

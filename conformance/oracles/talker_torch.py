@@ -1,0 +1,142 @@
+"""The independent oracle: the Higgs v3 talker in plain PyTorch + transformers, no vLLM.
+
+Eager float32 on the CPU, one request at a time, written as directly from the generation
+contract as possible (per-codebook loops, an explicit ramp-down counter), and sharing no step
+code with the vLLM talker, so the goldens it writes can catch the talker's mistakes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from transformers import AutoTokenizer, Qwen3Config, Qwen3Model
+
+from reference.talker.prompts import TalkerPrompt
+from reference.talker.special_tokens import SpecialIds, special_ids
+
+# Own copies of the format's constants, on purpose: an independent oracle shares no code with reference/.
+N = 8
+CODES = 1024
+BOC, EOC = 1024, 1025
+VOCAB = 1026
+
+
+@dataclass
+class OracleResult:
+    rows: list[list[int]]  # the delay-pattern rows, one per audio step [num_rows, 8]
+    lm_tokens: list[int]  # the LM token of every step: <|audio|> per row, then EOS if finished
+    finished: bool
+    # Top-1 minus top-2 logit of every greedy choice that had two or more candidates.
+    margins: list[float] = field(default_factory=list, repr=False)
+    min_margin: float = float("inf")
+
+
+def _load_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
+    tensors = {}
+    for f in sorted(checkpoint.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as handle:
+            for name in handle.keys():
+                if not name.startswith("tied.embedding.modality_embeddings.0.model."):
+                    tensors[name] = handle.get_tensor(name).float()
+    return tensors
+
+
+def pick(logits: torch.Tensor, allowed: list[int], margins: list[float] | None = None) -> int:
+    """Greedy choice among the allowed ids; all masked would fall back to argmax."""
+    if not allowed:
+        return int(torch.argmax(logits))
+    values = logits[allowed]
+    order = torch.argsort(values, descending=True)
+    if margins is not None and len(allowed) > 1:
+        margins.append(float(values[order[0]] - values[order[1]]))
+    return allowed[int(order[0])]
+
+
+def contract_row(logits: torch.Tensor, step: int, remaining: int | None, margins: list[float] | None = None):
+    """One greedy step of the generation contract, read literally.
+
+    `remaining` is the ramp-down counter (None before EOC). Returns (row, remaining), or
+    (None, 0) when the request is already done (its LM token is EOS). logits: [8, 1026]
+    """
+    if remaining == 0:
+        return None, 0
+    if remaining is not None:
+        remaining -= 1
+    every_code = list(range(CODES))
+    row = []
+    for q in range(N):
+        if remaining is not None:
+            row.append(EOC if q < N - remaining else pick(logits[q], every_code, margins))
+        elif q > step:
+            row.append(BOC)  # lead-in
+        else:
+            allowed = every_code + [EOC] if q == 0 else every_code
+            row.append(pick(logits[q], allowed, margins))
+    if remaining is None and EOC in row:
+        k = max(q for q in range(N) if row[q] == EOC)
+        row[: k + 1] = [EOC] * (k + 1)
+        remaining = N - k - 1
+    return row, remaining
+
+
+class OracleTalker:
+    def __init__(self, checkpoint: str | Path):
+        checkpoint = Path(checkpoint)
+        config = json.loads((checkpoint / "config.json").read_text())
+        text = dict(config["text_config"])
+        text.pop("model_type", None)
+        text.setdefault("rope_theta", 1_000_000.0)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+        self.ids: SpecialIds = special_ids(self.tokenizer)
+        tensors = _load_tensors(checkpoint)
+        qwen_config = Qwen3Config(**text, attn_implementation="eager")
+        self.body = Qwen3Model(qwen_config).float().eval()
+        body_weights = {k.removeprefix("body."): v for k, v in tensors.items() if k.startswith("body.")}
+        body_weights["embed_tokens.weight"] = tensors["tied.embedding.text_embedding.weight"]
+        self.body.load_state_dict(body_weights, strict=True)
+        # Fused codebook table [8 * 1026, D]; the audio head is tied to it.
+        self.audio_table = tensors["tied.embedding.modality_embeddings.0.embedding.weight"]
+
+    # -- embeddings -------------------------------------------------------------------------
+    def _row_embedding(self, row) -> torch.Tensor:
+        """Sum over codebooks of each code's row in the fused table. [D]"""
+        return sum(self.audio_table[q * VOCAB + int(code)] for q, code in enumerate(row))
+
+    def _prompt_embeddings(self, prompt: TalkerPrompt) -> torch.Tensor:
+        table = self.body.embed_tokens.weight
+        by_position = prompt.codes_by_position(self.ids.audio_placeholder)
+        rows = [
+            self._row_embedding(by_position[i]) if i in by_position else table[t]
+            for i, t in enumerate(prompt.token_ids)
+        ]
+        return torch.stack(rows)[None]  # [1, L, D]
+
+    @torch.no_grad()
+    def generate(self, prompt: TalkerPrompt, max_steps: int) -> OracleResult:
+        """Greedy generation; `max_steps` bounds the LM tokens (as `max_tokens` does in vLLM)."""
+        result = OracleResult(rows=[], lm_tokens=[], finished=False)
+        inputs = self._prompt_embeddings(prompt)
+        positions = torch.arange(inputs.shape[1])[None]
+        out = self.body(inputs_embeds=inputs, position_ids=positions, use_cache=True)
+        cache, hidden = out.past_key_values, out.last_hidden_state[0, -1]
+        remaining = None  # ramp-down counter, set when EOC appears
+        for step in range(max_steps):
+            logits = (self.audio_table @ hidden).view(N, VOCAB)  # tied head [8, 1026]
+            row, remaining = contract_row(logits, step, remaining, result.margins)
+            if row is None:
+                result.lm_tokens.append(self.ids.eos)
+                result.finished = True
+                break
+            result.rows.append(row)
+            result.lm_tokens.append(self.ids.audio)
+            # Audio feedback: the next input is the fused embedding of the codes just produced.
+            position = torch.tensor([[inputs.shape[1] + step]])
+            out = self.body(inputs_embeds=self._row_embedding(row)[None, None], position_ids=position,
+                            past_key_values=cache, use_cache=True)
+            cache, hidden = out.past_key_values, out.last_hidden_state[0, -1]
+        result.min_margin = min(result.margins, default=float("inf"))
+        return result

@@ -1,0 +1,62 @@
+"""Starting vLLM engines for the talker, with the runner chosen explicitly.
+
+`VLLM_USE_V2_MODEL_RUNNER` is always set ("1" for V2, "0" for V1): unset, vLLM picks a runner by
+itself (and on 0.26 silently falls back to V1 for some settings); the talker's worker then checks
+that the runner vLLM built is the one asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+TALKER_ENGINE_ARGS = {
+    "skip_tokenizer_init": True,  # the speech API tokenizes; the engine only sees token ids
+    "worker_cls": "reference.talker.worker.TalkerWorker",
+    "seed": 0,
+}
+
+
+def engine_kwargs(checkpoint: str | Path, runner: str, **overrides) -> dict:
+    """The engine arguments of a talker under `runner`, which is also made explicit in the
+    environment; the talker is registered with vLLM here too, for checkouts not installed."""
+    from reference.plugin import register
+
+    if runner not in ("v1", "v2"):
+        raise ValueError(f"runner must be 'v1' or 'v2', got {runner!r}")
+    register()
+    os.environ[RUNNER_ENV] = "1" if runner == "v2" else "0"
+    return {"model": str(checkpoint), **TALKER_ENGINE_ARGS, **overrides}
+
+
+def start_llm(checkpoint: str | Path, runner: str, **overrides):
+    """A synchronous `vllm.LLM` running the talker under `runner` ('v1' or 'v2')."""
+    from vllm import LLM
+
+    return LLM(**engine_kwargs(checkpoint, runner, **overrides))
+
+
+def start_async_llm(checkpoint: str | Path, runner: str, **overrides):
+    """A `vllm.v1.engine.async_llm.AsyncLLM` (engine core in its own process)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(checkpoint, runner, **overrides)))
+
+
+def deployment_engine_kwargs(deployment, **overrides) -> dict:
+    """vLLM engine arguments of a resolved deployment (reference/deploy/resolve.py), with the
+    runner it chose made explicit in the environment."""
+    os.environ.update(deployment.env)
+    return {**deployment.engine_kwargs, **overrides}
+
+
+def start_llm_for_deployment(checkpoint: str | Path, deployment, **overrides):
+    """`vllm.LLM` for a resolved deployment profile; `overrides` win over the profile."""
+    return start_llm(checkpoint, deployment.runner, **deployment_engine_kwargs(deployment, **overrides))
+
+
+def built_runners(llm) -> list[str]:
+    """The runner each worker really built ('v1'/'v2'), asked from the workers themselves."""
+    return list(llm.collective_rpc("talker_runner_kind"))

@@ -1,0 +1,140 @@
+"""The Higgs Audio v3 talker as a vLLM model: vLLM's own Qwen3 layers plus the audio side.
+
+Audio side: one fused codebook table [8 * 1026, D]; a row of 8 codes embeds as the sum of its
+codes' rows (code c of codebook q is row q * 1026 + c), and the audio head is the same table
+(tied): hidden -> [8, 1026] logits.
+
+The forward reads `token_codes`, a persistent buffer with one codebook row per input token
+(-1 where the token is plain text). The runner side fills it before every forward: the V1 runner
+from host-side request state, the V2 model state from device slot buffers. Reading a persistent
+buffer keeps the forward free of Python branching, so it can be captured in a CUDA graph.
+
+Sampling belongs to the model too (reference/talker/step.py): `compute_logits` keeps the audio
+logits for the talker's sampler and returns LM logits in which only `<|audio|>` and EOS are
+finite, so the full-vocabulary head is never computed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+from transformers import AutoTokenizer
+from vllm.config import VllmConfig
+from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+from vllm.model_executor.models.qwen3 import Qwen3Model
+from vllm.model_executor.models.utils import maybe_prefix
+
+from reference.codebooks import AUDIO_EMBEDDING, AUDIO_HEAD_PREFIX, CODEBOOK_VOCAB, CODEC_PREFIX, NUM_CODEBOOKS
+from reference.talker.special_tokens import special_ids
+
+
+
+class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        config = vllm_config.model_config.hf_config
+        text = config.get_text_config()
+        self.config = config
+        self.body = Qwen3Model(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "body"))
+        self.text_head = ParallelLMHead(text.vocab_size, text.hidden_size, prefix=maybe_prefix(prefix, "text_head"))
+        self.audio_embedding = VocabParallelEmbedding(
+            NUM_CODEBOOKS * CODEBOOK_VOCAB, text.hidden_size, prefix=maybe_prefix(prefix, "audio_embedding")
+        )
+        tokenizer = AutoTokenizer.from_pretrained(vllm_config.model_config.tokenizer)
+        self.special = special_ids(tokenizer)
+        self.vocab_size = text.vocab_size
+        max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
+        self.register_buffer("token_codes", torch.full((max_tokens, NUM_CODEBOOKS), -1, dtype=torch.long), persistent=False)
+        # The body's input lives at a fixed address: piecewise CUDA graphs replay reading the
+        # addresses they were captured with, so a freshly allocated embedding would be missed.
+        self.register_buffer(
+            "inputs_embeds", torch.zeros(max_tokens, text.hidden_size, dtype=vllm_config.model_config.dtype),
+            persistent=False,
+        )
+        self.register_buffer("codebook_offsets", torch.arange(NUM_CODEBOOKS, dtype=torch.long) * CODEBOOK_VOCAB, persistent=False)
+        self.register_buffer(
+            "lm_ids", torch.tensor([self.special.audio, self.special.eos], dtype=torch.long), persistent=False
+        )
+        self.last_audio_logits: torch.Tensor | None = None  # [num_logits, 8, 1026] float32
+        self.make_empty_intermediate_tensors = self.body.make_empty_intermediate_tensors
+
+    # -- V2: the model owns its state and sampler --------------------------------------------
+    @classmethod
+    def get_model_state_cls(cls):
+        from reference.talker.runner_v2 import TalkerModelState
+
+        return TalkerModelState
+
+    # -- embeddings --------------------------------------------------------------------------
+    def embed_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """Sum over codebooks of the fused table's rows. [T, 8] -> [T, D]"""
+        return self.audio_embedding(codes.clamp(min=0) + self.codebook_offsets).sum(dim=1)
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.body.embed_input_ids(input_ids)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        positions: torch.Tensor,
+        intermediate_tensors=None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        if inputs_embeds is None:
+            num_tokens = input_ids.shape[0]
+            codes = self.token_codes[:num_tokens]  # [T, 8]
+            is_audio = codes[:, :1] >= 0
+            mixed = torch.where(is_audio, self.embed_codes(codes), self.embed_input_ids(input_ids))
+            inputs_embeds = self.inputs_embeds[:num_tokens]
+            inputs_embeds.copy_(mixed)
+        return self.body(None, positions, intermediate_tensors, inputs_embeds)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        table = self.audio_embedding.weight[: NUM_CODEBOOKS * CODEBOOK_VOCAB]
+        self.last_audio_logits = (hidden_states.float() @ table.float().t()).view(-1, NUM_CODEBOOKS, CODEBOOK_VOCAB)
+        allowed = hidden_states @ self.text_head.weight[self.lm_ids].t()  # [T, 2]
+        logits = torch.full(
+            (hidden_states.shape[0], self.vocab_size), float("-inf"), dtype=allowed.dtype, device=allowed.device
+        )
+        return logits.index_copy_(1, self.lm_ids, allowed)
+
+    # -- weights -----------------------------------------------------------------------------
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Loads the real checkpoint's names: `tied.*` for the embeddings and heads, `body.*`."""
+        body_weights: list[tuple[str, torch.Tensor]] = []
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            target = weight_target(name)
+            if target is None:
+                continue
+            if target.startswith("body."):
+                body_weights.append((target.removeprefix("body."), tensor))
+            else:
+                param = self.get_parameter(target)
+                getattr(param, "weight_loader", default_weight_loader)(param, tensor)
+                loaded.add(target)
+        loaded |= {f"body.{n}" for n in self.body.load_weights(body_weights)}
+        return loaded
+
+
+WEIGHT_NAMES = {
+    "tied.embedding.text_embedding.weight": "body.embed_tokens.weight",
+    "tied.head.text_head.weight": "text_head.weight",
+    AUDIO_EMBEDDING: "audio_embedding.weight",
+}
+
+
+def weight_target(name: str) -> str | None:
+    """The talker parameter a checkpoint tensor loads into (None: not the talker's: the bundled
+    codec, and the audio head, which is tied to the fused embedding)."""
+    if name.startswith((CODEC_PREFIX, AUDIO_HEAD_PREFIX)):
+        return None
+    if name in WEIGHT_NAMES:
+        return WEIGHT_NAMES[name]
+    if name.startswith("body."):
+        return name
+    raise ValueError(f"unexpected weight {name!r} in a Higgs v3 checkpoint")

@@ -1,0 +1,153 @@
+"""The talker under Model Runner V2: the model's own ModelState and sampler.
+
+Everything the decode path touches lives on the device, in per-slot buffers, and is read and
+written with tensor indexing only (no host synchronisation), so it is correct under async
+scheduling and inside CUDA graphs:
+- `codes` [max_num_reqs, max_model_len + 1, 8]: the codebook row embedded at each position of a
+  request (-1 for text), i.e. the voice-clone reference rows at their placeholders and every
+  generated row at the position of its `<|audio|>` token;
+- per-slot sampling parameters (temperature, top-k, top-p, seed).
+`prepare_inputs` gathers each input token's row into the model's `token_codes` buffer (which the
+forward, and a captured graph, read); the sampler runs reference/talker/step.py on the audio
+logits and scatters the new row to the position of the token it samples.
+
+Preemption: MRV2 removes a preempted request (with no sign of why) and adds it back later,
+maybe in another slot, with prompt + outputs to re-prefill. `remove_request` therefore parks
+the slot's rows (a device-side copy) under the request id and `add_request` restores them;
+parked rows of requests that never come back (finished ones) are dropped oldest first beyond
+`PARKED_LIMIT_PER_SLOT` requests per slot.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import torch
+from vllm.v1.worker.gpu.input_batch import get_num_sampled_and_rejected
+from vllm.v1.worker.gpu.model_states.default import DefaultModelState
+
+from reference import compat
+from reference.talker import code_channel
+from reference.talker.options import options_from_hf_config
+from reference.talker.prompts import placeholder_positions
+from reference.codebooks import NUM_CODEBOOKS
+from reference.talker.step import talker_step
+
+PARKED_LIMIT_PER_SLOT = 4
+
+
+class TalkerModelState(DefaultModelState):
+    def __init__(self, vllm_config, model, encoder_cache, device):
+        super().__init__(vllm_config, model, encoder_cache, device)
+        options = options_from_hf_config(vllm_config.model_config.hf_config)
+        if options is not None and not (options.device_talker_state and options.model_sampler):
+            raise ValueError(
+                "Model Runner V2 runs the talker only with device_talker_state and model_sampler on "
+                f"(got {options.to_dict()}): use the V1 opt-out profile for host-side talker state"
+            )
+        max_len = vllm_config.model_config.max_model_len + 1  # + the position after the last
+        slots = self.max_num_reqs
+        self.codes = torch.full((slots, max_len, NUM_CODEBOOKS), -1, dtype=torch.int16, device=device)
+        self.temperature = torch.zeros(slots, dtype=torch.float32, device=device)
+        self.top_k = torch.zeros(slots, dtype=torch.int64, device=device)
+        self.top_p = torch.ones(slots, dtype=torch.float32, device=device)
+        self.seed = torch.zeros(slots, dtype=torch.int64, device=device)
+        self.slot_of: dict[str, int] = {}
+        self.parked: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self.parked_limit = PARKED_LIMIT_PER_SLOT * slots
+        self.rng = np.random.default_rng(vllm_config.model_config.seed)
+        self.placeholder_id = model.special.audio_placeholder
+
+    # -- request lifecycle (host side, once per request; never on the decode path) -------------
+    def add_request(self, req_index: int, new_req_data) -> None:
+        super().add_request(req_index, new_req_data)
+        req_id, params = new_req_data.req_id, new_req_data.sampling_params
+        prompt = list(new_req_data.prompt_token_ids or ())
+        self.slot_of[req_id] = req_index
+        parked = self.parked.pop(req_id, None)
+        if parked is not None:  # resumed after preemption: the generated rows come back
+            self.codes[req_index].copy_(parked)
+        else:
+            self.codes[req_index].fill_(-1)
+            rows = code_channel.reference_rows(params) if params is not None else []
+            if rows:
+                positions = placeholder_positions(prompt, self.placeholder_id, len(rows))
+                self.codes[req_index, positions] = torch.tensor(rows, dtype=torch.int16, device=self.codes.device)
+            elif len(new_req_data.prefill_token_ids or prompt) > len(prompt):
+                raise RuntimeError(f"request {req_id} resumed with outputs but its code rows were never parked")
+        if params is not None:
+            seed = code_channel.request_seed(params, self.rng)
+            self.temperature[req_index] = params.temperature
+            self.top_k[req_index] = params.top_k if params.top_k and params.top_k > 0 else 0
+            self.top_p[req_index] = params.top_p
+            self.seed[req_index] = seed
+
+    def remove_request(self, req_id: str) -> None:
+        super().remove_request(req_id)
+        slot = self.slot_of.pop(req_id, None)
+        if slot is None:  # ids never added (warmup, streaming re-add) are fine
+            return
+        self.parked[req_id] = self.codes[slot].clone()
+        while len(self.parked) > self.parked_limit:
+            self.parked.popitem(last=False)
+
+    # -- every step ---------------------------------------------------------------------------
+    def prepare_inputs(self, input_batch, req_states) -> dict:
+        inputs = super().prepare_inputs(input_batch, req_states)
+        n, padded = input_batch.num_tokens, input_batch.num_tokens_after_padding
+        ends = input_batch.query_start_loc[1 : input_batch.num_reqs + 1]  # [num_reqs]
+        row = torch.searchsorted(ends, torch.arange(n, dtype=ends.dtype, device=ends.device), right=True)
+        slot = input_batch.idx_mapping[row].long()
+        buffer = self.model.token_codes
+        buffer[:n] = self.codes[slot, input_batch.positions[:n]].long()
+        buffer[n:padded] = -1
+        return inputs
+
+    def custom_sampler(self, sampler):
+        return TalkerV2Sampler(sampler, self), None
+
+
+class TalkerV2Sampler:
+    """Samples the talker's codes on the device; everything else is the wrapped default sampler
+    (its per-slot sampling states stay up to date for the runner's own bookkeeping)."""
+
+    def __init__(self, inner, state: TalkerModelState):
+        self.inner = inner
+        self.state = state
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, logits: torch.Tensor, input_batch):
+        state, model = self.state, self.state.model
+        n = input_batch.num_reqs
+        slot = input_batch.idx_mapping[:n].long()
+        pos = input_batch.positions[input_batch.logits_indices[:n]].long()  # last input token
+        prompt_len = self.inner.req_states.prompt_len.gpu[slot].long()
+        num_sampled, num_rejected = get_num_sampled_and_rejected(
+            input_batch.seq_lens.new_ones(n),
+            input_batch.seq_lens,
+            input_batch.cu_num_logits,
+            input_batch.idx_mapping,
+            self.inner.req_states.prefill_len.gpu,
+        )
+        codes, done = talker_step(
+            model.last_audio_logits[:n],
+            state.codes[slot, pos].long(),  # the input token's row: the previous step's codes
+            pos + 1 - prompt_len,
+            state.temperature[slot],
+            state.top_k[slot],
+            state.top_p[slot],
+            state.seed[slot],
+        )
+        # Only rows that really sample write: a partial prefill chunk's next position is prompt.
+        keep = (num_sampled > 0)[:, None]
+        state.codes[slot, pos + 1] = torch.where(keep, codes, state.codes[slot, pos + 1].long()).to(torch.int16)
+        lm_tokens = torch.where(done, model.lm_ids[1], model.lm_ids[0])
+        return compat.v2_sampler_output(
+            sampled_token_ids=lm_tokens[:, None],
+            logprobs_tensors=code_channel.encode(lm_tokens, codes),
+            num_sampled=num_sampled,
+            num_rejected=num_rejected,
+        )
