@@ -1,4 +1,4 @@
-"""Reading the codec case files, building their inputs, and the golden summary format.
+"""The codec cases' inputs (conformance/cases/codec/) and the golden summary format.
 
 Shared by the golden writer (`conformance/regen_codec.py`) and the tests; it decodes nothing.
 """
@@ -11,43 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from conformance.oracles import delay_numpy
-
-ROOT = Path(__file__).resolve().parent.parent
-CASES_DIR = ROOT / "conformance" / "cases" / "codec"
-GOLDEN_DIR = ROOT / "golden" / "codec"
 from conformance.oracles.delay_numpy import EOC
 
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN_DIR = ROOT / "golden" / "codec"
 NUM_CODEBOOKS = 8  # the oracle side's own copy, on purpose (independent of reference/)
-CODE_KINDS = ("random", "constant", "ramp", "cycle")
-INPUT_KINDS = ("codes", "rows")
-
-
-def load_yaml(name: str) -> dict[str, Any]:
-    with open(CASES_DIR / name) as f:
-        return yaml.safe_load(f)
-
-
-def load_decode_cases() -> dict[str, Any]:
-    """decode.yaml, checked: unique ids, known kinds, a description and a tolerance per case."""
-    doc = load_yaml("decode.yaml")
-    seen = set()
-    for case in doc["cases"]:
-        cid = case.get("id")
-        if not cid or cid in seen:
-            raise ValueError(f"decode.yaml: case id {cid!r} is missing or repeated")
-        seen.add(cid)
-        if not case.get("description"):
-            raise ValueError(f"decode.yaml: case {cid} has no description")
-        if case.get("input") not in INPUT_KINDS:
-            raise ValueError(f"decode.yaml: case {cid} input must be one of {INPUT_KINDS}, got {case.get('input')!r}")
-        if case["codes"].get("kind") not in CODE_KINDS:
-            raise ValueError(f"decode.yaml: case {cid} codes.kind must be one of {CODE_KINDS}")
-        if float(case.get("tolerance", {}).get("max_abs", 0)) <= 0:
-            raise ValueError(f"decode.yaml: case {cid} needs tolerance.max_abs > 0")
-    return doc
 
 
 def build_codes(spec: dict[str, Any]) -> np.ndarray:
@@ -64,7 +34,7 @@ def build_codes(spec: dict[str, Any]) -> np.ndarray:
     if kind == "cycle":
         values = np.asarray(spec["values"], dtype=np.int64)
         return values[(q + t) % len(values)]
-    raise ValueError(f"unknown codes kind {kind!r}: choose one of {CODE_KINDS}")
+    raise ValueError(f"unknown codes kind {kind!r} (conformance/schemas/codec/decode.json lists them)")
 
 
 def expected_frames(case: dict[str, Any]) -> np.ndarray:
@@ -137,6 +107,6 @@ def read_golden(case_id: str, golden_dir: Path = GOLDEN_DIR) -> dict[str, Any]:
     path = golden_path(case_id, golden_dir)
     if not path.is_file():
         raise FileNotFoundError(
-            f"no golden {path}: regenerate with `python -m conformance.regen` (conformance/regen_codec.py)"
+            f"no golden {path}: regenerate the goldens with `tox -e regen`"
         )
     return json.loads(path.read_text())

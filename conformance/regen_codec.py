@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance import codec_cases
+from conformance import case_files, codec_cases
 from conformance.oracles import codec_numpy
 
 
@@ -59,7 +59,7 @@ def golden_for_case(
                            "frame_rms": "RMS of each 960-sample frame", "probe": "pcm[::probe_stride]"},
         "provenance": {
             "generator": "conformance.oracles.codec_numpy (independent numpy oracle, not the code under test)",
-            "regenerate": "python -m conformance.regen (conformance/regen_codec.py)",
+            "regenerate": "tox -e regen",
             "dtype": "float64",
             "python": platform.python_version(),
             "numpy": np.__version__,
@@ -76,7 +76,7 @@ def main(out_dir: str | Path | None = None) -> list[Path]:
     """
     out = Path(out_dir) if out_dir is not None else codec_cases.GOLDEN_DIR
     out.mkdir(parents=True, exist_ok=True)
-    doc = codec_cases.load_decode_cases()
+    doc = case_files.load("codec/decode")
     state = fixture_weights(doc["codec"])
     sha = codec_cases.weights_sha256(state)
     written = []

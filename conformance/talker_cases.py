@@ -10,33 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from conformance import case_files
 from reference.speech import SpeechRequest
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES_DIR = ROOT / "conformance" / "cases" / "talker"
 GOLDEN_PATH = ROOT / "golden" / "talker" / "streams.json"
 
 
-def _load(name: str) -> dict[str, Any]:
-    doc = yaml.safe_load((CASES_DIR / name).read_text())
-    return doc
-
-
 def load_prompts() -> dict[str, Any]:
-    doc = _load("prompts.yaml")
-    ids = [p["id"] for p in doc["prompts"]]
-    if len(ids) != len(set(ids)):
-        raise ValueError("prompts.yaml: prompt ids repeat")
-    for p in doc["prompts"]:
-        if not p.get("description") or not p.get("text"):
-            raise ValueError(f"prompts.yaml: prompt {p['id']} needs a description and a text")
-    return doc
+    return case_files.load("talker/prompts")
 
 
 def load_engine_runs() -> dict[str, Any]:
-    doc = _load("engine_runs.yaml")
+    """engine_runs.yaml, with its references checked (what its schema cannot see)."""
+    doc = case_files.load("talker/engine_runs")
     known = {p["id"] for p in load_prompts()["prompts"]}
     for run in doc["runs"]:
         if run["engine"] not in doc["engines"]:

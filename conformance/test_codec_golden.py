@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from conformance import codec_cases
+from conformance import case_files, codec_cases
 from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
 from conformance.oracles import codec_numpy
 from higgs_dummy.codec_weights import codec_config, codec_state_dict, to_boson_layout
@@ -25,7 +25,7 @@ from reference.codec.model import Codec
 
 pytestmark = pytest.mark.cpu
 
-DOC = codec_cases.load_decode_cases()
+DOC = case_files.load("codec/decode")
 CASES = {case["id"]: case for case in DOC["cases"]}
 ROWS_CASES = [cid for cid, case in CASES.items() if case["input"] == "rows"]
 

@@ -2,15 +2,14 @@
 lengths equal their goldens. (Issue: V2 on the GPU; V1's result is reported by the same check.)"""
 
 import pytest
-import yaml
 
-from conformance import talker_cases
+from conformance import case_files, talker_cases
 from conformance.engines import runner_params
 from higgs_dummy.cache import cached_checkpoint
 
 pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]
 
-CASE = yaml.safe_load((talker_cases.CASES_DIR / "seeded.yaml").read_text())
+CASE = case_files.load("talker/seeded")
 PROMPTS = talker_cases.load_prompts()
 BY_ID = {p["id"]: p for p in PROMPTS["prompts"]}
 GOLDENS = talker_cases.load_goldens()["streams"]

@@ -9,9 +9,8 @@ import asyncio
 
 import pytest
 import torch
-import yaml
 
-from conformance import talker_cases
+from conformance import case_files, talker_cases
 from conformance.engines import platform_engine_args, runner_params
 from higgs_dummy.cache import cached_checkpoint
 from reference.codec.model import load_codec
@@ -23,7 +22,7 @@ from reference.codec.streaming import agreement
 
 pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]
 
-CASES = yaml.safe_load((talker_cases.CASES_DIR.parent / "speech" / "streaming.yaml").read_text())
+CASES = case_files.load("speech/streaming")
 PROMPTS = {p["id"]: p for p in talker_cases.load_prompts()["prompts"]}
 MAX_TOKENS = talker_cases.load_prompts()["max_tokens"]
 GOLDENS = talker_cases.load_goldens()["streams"]

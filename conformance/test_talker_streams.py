@@ -100,7 +100,7 @@ def test_decoded_audio_equals_the_oracle_audio(variant, pool):
     import numpy as np
     import torch
 
-    from conformance.codec_cases import load_decode_cases
+    from conformance import case_files
     from conformance.oracles import codec_numpy
     from reference.codec.model import load_codec, read_codec_tensors
     from reference.codec.delay_pattern import rows_to_frames
@@ -109,7 +109,7 @@ def test_decoded_audio_equals_the_oracle_audio(variant, pool):
     api = pool.get(variant.split("-")[0], {**engine["args"], **VARIANTS[variant]})
     codec = load_codec(api.checkpoint)
     state = {k: v.numpy() for k, v in read_codec_tensors(api.checkpoint).items()}
-    tolerance = min(float(c["tolerance"]["max_abs"]) for c in load_decode_cases()["cases"])
+    tolerance = min(float(c["tolerance"]["max_abs"]) for c in case_files.load("codec/decode")["cases"])
     requests = [talker_cases.speech_request(PROMPT_BY_ID[p], PROMPTS["max_tokens"]) for p in E2E_PROMPTS]
     for pid, result in zip(E2E_PROMPTS, api.generate(requests)):
         audio = codec.decode(result.frames).numpy()

@@ -21,7 +21,7 @@ TALKER_ENGINE_ARGS = {
 def engine_kwargs(checkpoint: str | Path, runner: str, **overrides) -> dict:
     """The engine arguments of a talker under `runner`, which is also made explicit in the
     environment; the talker is registered with vLLM here too, for checkouts not installed."""
-    from reference.plugin import register
+    from reference.talker.plugin import register
 
     if runner not in ("v1", "v2"):
         raise ValueError(f"runner must be 'v1' or 'v2', got {runner!r}")

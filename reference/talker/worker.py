@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 
-from reference import compat, plugin
+from reference import compat
+from reference.talker import plugin
 from reference.talker.engine import RUNNER_ENV
 from reference.talker.options import options_from_hf_config
 from reference.talker.runner_v1 import talker_runner_class
