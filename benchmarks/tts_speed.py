@@ -11,7 +11,7 @@ concurrency level, `c` streams run at once, `--rounds` times:
   V2 waits for an 8-frame window plus holdback, V1 for one frame plus holdback);
 - RTF: a request's wall time / its audio duration;
 - audio s/s: all audio seconds produced at that level / the level's wall time.
-Medians are reported. The codec decodes on the same device as the talker.
+Medians are reported. The codec decodes on the device of the profile's code2wav stage (stage 1).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 from higgs_dummy.cache import cached_checkpoint
 from reference.codec.model import load_codec
 from reference.deploy.resolve import resolve_deployment
-from reference.talker.engine import deployment_engine_kwargs, start_async_llm
+from reference.talker.engine import deployment_engine_kwargs, stage_device, start_async_llm
 from reference.speech import SpeechAPI, SpeechRequest
 
 PROFILES = {"v2": "default", "v1": "high_throughput"}
@@ -68,15 +68,18 @@ async def _level(api, codec, geometry, concurrency: int, rounds: int, max_tokens
 
 def bench_runner(runner: str, args, platform: str) -> dict:
     checkpoint = cached_checkpoint(args.size, 0, "no_eoc")
-    deployment = resolve_deployment(PROFILES[runner], platform)
+    overrides = {  # keys of the deploy file: the engine arguments come from its resolved stage 0
+        "stages.0.max_model_len": args.max_tokens + 256,
+        "stages.0.gpu_memory_utilization": args.gpu_memory_utilization,
+    }
+    deployment = resolve_deployment(PROFILES[runner], platform, overrides)
     if deployment.runner != runner:
         raise SystemExit(f"profile {PROFILES[runner]} resolves to {deployment.runner} on {platform}, not {runner}")
-    overrides = {"max_model_len": args.max_tokens + 256, "gpu_memory_utilization": args.gpu_memory_utilization}
-    kwargs = deployment_engine_kwargs(deployment, **overrides)
+    kwargs = deployment_engine_kwargs(deployment)
     boot = time.perf_counter()
     engine = start_async_llm(checkpoint, runner, **kwargs)
     boot = time.perf_counter() - boot
-    codec = load_codec(checkpoint, device=platform)  # "cuda" or "cpu", also the torch device
+    codec = load_codec(checkpoint, device=stage_device(deployment, deployment.codec_stage))  # stage 1's device
     api = SpeechAPI(engine, checkpoint, runner)
     loop = asyncio.new_event_loop()
     try:
@@ -90,7 +93,7 @@ def bench_runner(runner: str, args, platform: str) -> dict:
         loop.run_until_complete(asyncio.sleep(0.1))  # let the engine's output task see its cancellation
         loop.close()
     return {"runner": runner, "profile": deployment.profile, "geometry": deployment.geometry.__dict__,
-            "boot_s": boot, "levels": levels}
+            "codec_stage": deployment.codec_stage, "boot_s": boot, "levels": levels}
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from conformance.deploy_cases import cases
+from conformance.case_files import params
 from reference.deploy.resolve import resolve_deployment
 from reference.deploy.switches import SWITCH_NAMES, resolve_switches
 from reference.talker.options import HF_OVERRIDES_KEY, TalkerOptions
@@ -18,7 +18,7 @@ def _messages(caplog):
     return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == logging.WARNING]
 
 
-@pytest.mark.parametrize("case", cases("flags.yaml"))
+@pytest.mark.parametrize("case", params("profiles/flags"))
 def test_switch_resolution(case, caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
     overrides = case.get("overrides")
@@ -51,7 +51,7 @@ def test_switch_resolution(case, caplog):
     "profile, overrides",
     [
         ("low_latency", {"features.model_sampler": True, "features.device_talker_state": True}),
-        ("low_latency", {"async_scheduling": True}),
+        ("low_latency", {"stages.0.async_scheduling": True}),
     ],
 )
 def test_warning_once_per_launch_with_helpers_called_again(profile, overrides, caplog):

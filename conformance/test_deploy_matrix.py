@@ -5,9 +5,9 @@ from dataclasses import astuple
 
 import pytest
 
-from conformance.deploy_cases import cases, load_file
-from reference.deploy.resolve import PROFILES_DIR, resolve_deployment
+from conformance.case_files import load, params
 from reference.deploy.platform_matrix import PLATFORMS, RunnerUnavailable
+from reference.deploy.resolve import PROFILES_DIR, resolve_deployment
 
 pytestmark = pytest.mark.cpu
 
@@ -31,17 +31,17 @@ def _check(case):
     assert d.engine_kwargs["async_scheduling"] == want["async_scheduling"]
 
 
-@pytest.mark.parametrize("case", cases("matrix.yaml"))
+@pytest.mark.parametrize("case", params("profiles/matrix"))
 def test_profile_on_platform(case):
     _check(case)
 
 
-@pytest.mark.parametrize("case", cases("matrix.yaml", "override_cases"))
+@pytest.mark.parametrize("case", params("profiles/matrix", "override_cases"))
 def test_runner_override_on_platform(case):
     _check(case)
 
 
 def test_matrix_covers_every_profile_on_every_platform():
-    listed = [(c["profile"], c["platform"]) for c in load_file("matrix.yaml")["cases"]]
+    listed = [(c["profile"], c["platform"]) for c in load("profiles/matrix")["cases"]]
     profiles = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
     assert sorted(listed) == sorted((p, q) for p in profiles for q in PLATFORMS)

@@ -1,11 +1,12 @@
-"""Profile chains, platform sections, overrides and YAML anchors (cases/profiles/overlays.yaml)."""
+"""base_config chains, platform sections, overrides and YAML anchors (cases/profiles/overlays.yaml)."""
 
 from dataclasses import asdict
 
 import pytest
 
-from conformance.deploy_cases import cases, fill, load_file
-from reference.deploy.resolve import load_yaml, merge_chain, load_chain, resolve_deployment
+from conformance.case_files import load, params
+from conformance.deploy_cases import fill
+from reference.deploy.resolve import load_chain, load_yaml, merge_chain, resolve_deployment
 
 pytestmark = pytest.mark.cpu
 
@@ -13,18 +14,18 @@ pytestmark = pytest.mark.cpu
 def _get(tree, dotted):
     node = tree
     for part in dotted.split("."):
-        node = node[int(part)] if isinstance(node, dict) and part.isdigit() and int(part) in node else node[part]
+        key = int(part) if part.isdigit() and int(part) in node else part
+        node = node[key]
     return node
 
 
 def _write(directory, files):
-    base = load_file("overlays.yaml")["base"]
-    (directory / "base.yaml").write_text(base)
+    (directory / "base.yaml").write_text(load("profiles/overlays")["base"])
     for name, text in files.items():
         (directory / name).write_text(text)
 
 
-@pytest.mark.parametrize("case", cases("overlays.yaml"))
+@pytest.mark.parametrize("case", params("profiles/overlays"))
 def test_overlay_case(case, tmp_path):
     _write(tmp_path, case["files"])
     case = fill(case, str(tmp_path))
@@ -35,7 +36,7 @@ def test_overlay_case(case, tmp_path):
         assert str(info.value) == case["error"]
         return
     d = resolve_deployment(profile, case["platform"], case.get("overrides"))
-    tree = dict(d.config, codec=asdict(d.geometry))
+    tree = dict(d.config, geometry=asdict(d.geometry), engine_kwargs=d.engine_kwargs)
     for key, value in case["expect"].get("values", {}).items():
         assert _get(tree, key) == value, key
     for key, origin in case["expect"].get("origins", {}).items():
@@ -48,7 +49,7 @@ def _at(doc, path):
     return doc
 
 
-@pytest.mark.parametrize("case", cases("overlays.yaml", "anchor_cases"))
+@pytest.mark.parametrize("case", params("profiles/overlays", "anchor_cases"))
 def test_anchor_aliases_are_independent(case, tmp_path):
     path = tmp_path / "anchors.yaml"
     path.write_text(case["file"])
@@ -63,22 +64,27 @@ def test_anchor_aliases_are_independent(case, tmp_path):
 
 
 def test_anchor_aliases_are_independent_after_merge_and_resolution(tmp_path):
-    (tmp_path / "base.yaml").write_text(load_file("overlays.yaml")["base"])
+    _write(tmp_path, {})
     (tmp_path / "p.yaml").write_text(
         "base_config: base.yaml\n"
         "x-sizes: &sizes [1, 2, 4]\n"
-        "cudagraph_capture_sizes: *sizes\n"
-        "platforms: {cpu: {cudagraph_capture_sizes: *sizes}, xpu: {cudagraph_capture_sizes: *sizes}}\n"
+        "connectors: {talker_to_code2wav: {extra: {decode_sizes: *sizes}}}\n"
+        "platforms:\n"
+        "  cpu: {connectors: {talker_to_code2wav: {extra: {decode_sizes: *sizes}}}}\n"
+        "  xpu: {connectors: {talker_to_code2wav: {extra: {decode_sizes: *sizes}}}}\n"
     )
     merged = merge_chain(load_chain(tmp_path / "p.yaml"))
-    merged[("cudagraph_capture_sizes",)][0].append(8)
-    assert merged[("platforms", "cpu", "cudagraph_capture_sizes")][0] == [1, 2, 4]
-    assert merged[("platforms", "xpu", "cudagraph_capture_sizes")][0] == [1, 2, 4]
+    merged[("connectors", "talker_to_code2wav", "extra", "decode_sizes")][0].append(8)
+    assert merged[("platforms", "cpu", "connectors", "talker_to_code2wav", "extra", "decode_sizes")][0] == [1, 2, 4]
+    assert merged[("platforms", "xpu", "connectors", "talker_to_code2wav", "extra", "decode_sizes")][0] == [1, 2, 4]
     d = resolve_deployment(tmp_path / "p.yaml", "cuda")
-    d.config["cudagraph_capture_sizes"].append(8)
+    d.config["stages"][0]["compilation_config"]["cudagraph_capture_sizes"].append(8)
     assert d.engine_kwargs["compilation_config"]["cudagraph_capture_sizes"] == [1, 2, 4]
-    d.stages[1]["device"] = "changed"
-    assert d.config["stages"][1]["device"] == "cuda:0"
-    d.connectors["talker_to_code2wav"]["transport"] = "changed"
-    assert d.config["connectors"]["talker_to_code2wav"]["transport"] == "in_process"
-    assert resolve_deployment(tmp_path / "p.yaml", "cpu").config["cudagraph_capture_sizes"] == [1, 2, 4]
+    d.stages[1]["devices"] = "changed"
+    assert d.config["stages"][1]["devices"] == "0"
+    d.codec_stage["max_num_seqs"] = 99
+    assert d.config["stages"][1]["max_num_seqs"] == 16
+    d.connectors["talker_to_code2wav"]["name"] = "changed"
+    assert d.config["connectors"]["talker_to_code2wav"]["name"] == "SharedMemoryConnector"
+    cpu = resolve_deployment(tmp_path / "p.yaml", "cpu")
+    assert cpu.config["connectors"]["talker_to_code2wav"]["extra"]["decode_sizes"] == [1, 2, 4]

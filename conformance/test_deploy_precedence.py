@@ -1,23 +1,17 @@
-"""The rule tables of config resolution are in the order cases/profiles/precedence.yaml states,
-and every case file of this suite follows the case conventions."""
+"""The rule tables of config resolution are in the order cases/profiles/precedence.yaml states."""
 
 import pytest
 
-from conformance.deploy_cases import SECTIONS, check_file, load_file
-from reference.deploy.resolve import PRECEDENCE
+from conformance.case_files import load
 from reference.deploy.platform_matrix import RUNNER_RULES
+from reference.deploy.precedence import PRECEDENCE
 
 pytestmark = pytest.mark.cpu
 
 
 def test_deploy_rule_order():
-    assert [r.name for r in PRECEDENCE] == [r["name"] for r in load_file("precedence.yaml")["deploy_rules"]]
+    assert [r.name for r in PRECEDENCE] == [r["name"] for r in load("profiles/precedence")["deploy_rules"]]
 
 
 def test_runner_rule_order():
-    assert [r.name for r in RUNNER_RULES] == [r["name"] for r in load_file("precedence.yaml")["runner_rules"]]
-
-
-@pytest.mark.parametrize("name", sorted(SECTIONS))
-def test_case_file_conventions(name):
-    check_file(name)
+    assert [r.name for r in RUNNER_RULES] == [r["name"] for r in load("profiles/precedence")["runner_rules"]]

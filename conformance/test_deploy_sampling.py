@@ -2,14 +2,15 @@
 
 import pytest
 
-from conformance.deploy_cases import cases, fill
+from conformance.case_files import params
+from conformance.deploy_cases import fill
 from reference.deploy.resolve import resolve_deployment
 from reference.deploy.sampling import SamplingParamsError, validate_sampling_params
 
 pytestmark = pytest.mark.cpu
 
 
-@pytest.mark.parametrize("case", cases("sampling.yaml"))
+@pytest.mark.parametrize("case", params("profiles/sampling"))
 def test_request_params(case):
     if "error" in case:
         with pytest.raises(SamplingParamsError) as info:
@@ -19,7 +20,7 @@ def test_request_params(case):
         assert validate_sampling_params(case["params"], case["runner"]) == case["accepted"]
 
 
-@pytest.mark.parametrize("case", cases("sampling.yaml", "profile_cases"))
+@pytest.mark.parametrize("case", params("profiles/sampling", "profile_cases"))
 def test_profile_default_params(case, tmp_path):
     case = fill(case, str(tmp_path))
     (tmp_path / "p.yaml").write_text(case["file"])

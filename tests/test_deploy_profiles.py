@@ -1,24 +1,28 @@
-"""Shipped profiles, the schema, the loader helpers, show_config, and vLLM's acceptance of the
-engine kwargs."""
+"""Shipped profiles, the deploy-file schema, the loader helpers, the CLI, the stream check, and
+vLLM's acceptance of the engine kwargs."""
 
 import json
 from dataclasses import astuple
 
 import pytest
 import yaml
+from jsonschema import Draft202012Validator
 
-from reference.deploy import cli as show_config
+from conformance.case_files import load
+from reference.codec.geometry import DEFAULT_GEOMETRY, UPSTREAM_V1, UPSTREAM_V2, StreamGeometry
+from reference.deploy import cli
+from reference.deploy.platform_matrix import PLATFORMS
 from reference.deploy.resolve import (
     PROFILES_DIR,
     display_path,
     load_chain,
+    load_yaml,
     overrides_to_leaves,
     profile_path,
     resolve_deployment,
 )
-from reference.deploy.platform_matrix import PLATFORMS
-from reference.deploy.schema import walk_profile
-from reference.codec.geometry import DEFAULT_GEOMETRY, UPSTREAM_V1
+from reference.deploy.schema import DeployFileError, schema, validate_file
+from reference.deploy.stream_check import check_stream, measured_geometries
 
 pytestmark = pytest.mark.cpu
 SHIPPED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
@@ -28,12 +32,16 @@ def test_shipped_profiles():
     assert SHIPPED == ["default", "h200_v2", "high_throughput", "low_latency"]
 
 
+def test_schema_is_valid_draft_2020_12():
+    Draft202012Validator.check_schema(schema())
+
+
 @pytest.mark.parametrize("name", SHIPPED)
 def test_profile_starts_with_when_to_use_and_passes_the_schema(name):
     path = PROFILES_DIR / f"{name}.yaml"
     assert path.read_text().startswith("# When to use: ")
     for where, doc in load_chain(name):
-        walk_profile(doc, where)  # raises on any schema violation
+        validate_file(doc, where)
 
 
 def test_default_profile_contract():
@@ -42,9 +50,29 @@ def test_default_profile_contract():
     assert d.engine_kwargs["async_scheduling"] is True
     assert d.engine_kwargs["enforce_eager"] is False
     assert max(d.engine_kwargs["compilation_config"]["cudagraph_capture_sizes"]) == 16
-    assert d.engine_kwargs["max_num_seqs"] == 16
-    assert d.geometry == DEFAULT_GEOMETRY
+    assert (d.engine_kwargs["max_num_seqs"], d.engine_kwargs["max_model_len"]) == (16, 4096)
+    assert d.geometry == DEFAULT_GEOMETRY and d.geometry_connector == "talker_to_code2wav"
     assert d.default_sampling_params == {"temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": 42, "max_tokens": 2048}
+    assert d.codec_stage["max_num_seqs"] == 16
+    assert d.connectors["talker_to_code2wav"]["extra"]["max_inflight_chunks"] == 4
+
+
+@pytest.mark.parametrize("platform", list(PLATFORMS))
+def test_default_never_asks_for_flashinfer(platform):
+    # The CPU engine cannot run FLASHINFER; upstream's Higgs files ask for it on CUDA.
+    d = resolve_deployment("default", platform)
+    assert all(stage.get("attention_backend") is None for stage in d.stages)
+
+
+def test_engine_kwargs_are_stage_0_without_reserved_keys():
+    d = resolve_deployment("default", "cpu")
+    assert set(d.engine_kwargs) == {
+        "async_scheduling", "enforce_eager", "compilation_config", "max_num_seqs", "max_model_len",
+        "gpu_memory_utilization", "hf_overrides",
+    }
+    assert d.codec_stage == {
+        "stage_id": 1, "devices": "0", "max_num_seqs": 4, "input_connectors": {"from_stage_0": "talker_to_code2wav"}
+    }
 
 
 @pytest.mark.parametrize("name", ["low_latency", "high_throughput"])
@@ -59,7 +87,7 @@ def test_h200_profile_is_larger_than_default():
     assert h200.config["model_runner"] == "v2"
     assert h200.engine_kwargs["max_num_seqs"] > default.engine_kwargs["max_num_seqs"]
     sizes = h200.engine_kwargs["compilation_config"]["cudagraph_capture_sizes"]
-    assert max(sizes) == h200.engine_kwargs["max_num_seqs"]
+    assert max(sizes) == h200.engine_kwargs["max_num_seqs"] == h200.codec_stage["max_num_seqs"]
     assert h200.engine_kwargs["gpu_memory_utilization"] > default.engine_kwargs["gpu_memory_utilization"]
 
 
@@ -80,84 +108,108 @@ def test_profile_path():
 def test_display_path(tmp_path):
     assert display_path(PROFILES_DIR / "default.yaml") == "reference/deploy/profiles/default.yaml"
     assert display_path(tmp_path / "p.yaml") == str(tmp_path / "p.yaml")
+    installed = tmp_path / "lib" / "site-packages" / "vllm_omni" / "deploy" / "x.yaml"
+    assert display_path(installed) == "vllm_omni/deploy/x.yaml"
 
 
 def test_overrides_dotted_and_nested_agree():
-    dotted = overrides_to_leaves({"codec.chunk_frames": 30, "stages.1.device": "cpu", "features.model_sampler": None})
+    dotted = overrides_to_leaves(
+        {"connectors.c.extra.codec_chunk_frames": 30, "stages.1.devices": "1", "features.model_sampler": None}
+    )
     nested = overrides_to_leaves(
         {
-            "codec": {"chunk_frames": 30},
-            "stages": [{"stage_id": 1, "device": "cpu"}],
+            "connectors": {"c": {"extra": {"codec_chunk_frames": 30}}},
+            "stages": [{"stage_id": 1, "devices": "1"}],
             "features": {"model_sampler": None},
         }
     )
     assert dotted == nested
-    assert dotted[("stages", 1, "device")] == "cpu"
+    assert dotted[("stages", 1, "devices")] == "1"
 
 
-def test_override_null_of_a_plain_key_is_an_error():
-    with pytest.raises(ValueError, match="override: max_num_seqs: null cannot be used"):
-        overrides_to_leaves({"max_num_seqs": None})
+def test_override_is_checked_against_the_schema():
+    with pytest.raises(DeployFileError, match="override: stages.0.max_num_seqs: must be integer, got NoneType None"):
+        overrides_to_leaves({"stages.0.max_num_seqs": None})
 
 
 @pytest.mark.parametrize(
     "doc, message",
     [
-        ({"max_num_seqs": 0}, "max_num_seqs: must be an integer >= 1, got 0"),
-        ({"max_num_seqs": True}, "max_num_seqs: must be an integer >= 1, got True"),
-        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization: must be a number in (0, 1], got 1.5"),
+        ([1], "a deploy file must be a mapping, got list"),
+        ({"stages": [{"stage_id": 0, "max_num_seqs": 0}]}, "stages.0.max_num_seqs: 0 is less than the minimum of 1"),
+        ({"stages": [{"stage_id": 0, "max_num_seqs": True}]}, "stages.0.max_num_seqs: must be integer, got bool True"),
+        ({"stages": [{"stage_id": 0, "gpu_memory_utilization": 1.5}]}, "stages.0.gpu_memory_utilization: 1.5 is greater"),
         ({"model_runner": "auto"}, "model_runner: must be one of prefer-v2, v2, v1, got 'auto'"),
-        ({"codec": {"chunk_frames": -1}}, "codec.chunk_frames: must be an integer >= 0, got -1"),
-        ({"codec": {"frames": 1}}, "codec.frames: unknown key; known: first_chunk_frames"),
-        ({"features": {"model_sampler": "yes"}}, "features.model_sampler: must be true, false or null, got 'yes'"),
-        ({"cudagraph_capture_sizes": []}, "cudagraph_capture_sizes: must be a non-empty list"),
-        ({"platforms": {"tpu": {}}}, "platforms.tpu: unknown platform; known: cuda, rocm"),
-        ({"platforms": {"cpu": {"base_config": "x.yaml"}}}, "platforms.cpu.base_config: not allowed inside a platform"),
+        ({"connectors": {"c": {"extra": {"codec_chunk_frames": 0}}}}, "connectors.c.extra.codec_chunk_frames: 0 is less"),
+        ({"connectors": {"c": {"transport": "tcp"}}}, "connectors.c.transport: unknown key; known: extra, name"),
+        ({"features": {"model_sampler": "yes"}}, "features.model_sampler: must be boolean or null, got str 'yes'"),
+        ({"features": {"turbo": True}}, "features.turbo: unknown key; known: device_talker_state, full_decode_cudagraphs"),
+        ({"platforms": {"tpu": {}}}, "platforms.tpu: unknown name; known: cuda, rocm, npu, xpu, musa, cpu"),
+        ({"platforms": {"cpu": {"base_config": "x.yaml"}}}, "platforms.cpu.base_config: unknown key; known: connectors"),
         ({"platforms": {"cpu": {"x-anchor": 1}}}, "platforms.cpu.x-anchor: unknown key"),
-        ({"connectors": {"c": {"transport": "tcp"}}}, "connectors.c.transport: must be one of in_process, shared_"),
-        ({"stages": {"stage_id": 0}}, "stages: must be a list of"),
+        ({"stages": {"stage_id": 0}}, "stages: must be array or null, got dict"),
+        ({"stages": [{"stage_id": 0, "MaxSeqs": 1}]}, "stages.0.MaxSeqs: unknown key"),
         ({"stages": [{"stage_id": 0}, {"stage_id": 0}]}, "stages.0: stage_id listed twice"),
+        ({"forced_aligner": {}}, "forced_aligner: unknown key (the keys: reference/deploy/schema.json)"),
     ],
 )
 def test_schema_rejects(doc, message):
-    with pytest.raises(ValueError) as info:
-        walk_profile(doc, "f.yaml")
+    with pytest.raises(DeployFileError) as info:
+        validate_file(doc, "f.yaml")
     assert str(info.value).startswith(f"f.yaml: {message}")
 
 
 def test_schema_ignores_top_level_x_keys():
-    assert walk_profile({"x-anything": {"a": [1]}, "max_num_seqs": 2}, "f.yaml") == ({("max_num_seqs",): 2}, [])
+    validate_file({"x-anything": {"a": [1]}, "stages": [{"stage_id": 0}]}, "f.yaml")
 
 
-def test_show_config_text(capsys):
-    assert show_config.main(["--profile", "default", "--platform", "cpu", "--set", "max_num_seqs=4"]) == 0
+def _lines(out):
+    return {line.split(" = ")[0]: line for line in out.splitlines() if " = " in line}
+
+
+def test_cli_text(capsys):
+    assert cli.main(["default", "--platform", "cpu", "--set", "stages.0.max_num_seqs=4"]) == 0
     out = capsys.readouterr().out
-    lines = {line.split(" = ")[0]: line for line in out.splitlines() if " = " in line}
-    assert lines["max_num_seqs"].endswith("# override")
+    lines = _lines(out)
+    assert lines["stages.0.max_num_seqs"].endswith("# override")
     assert lines["runner"].endswith(
         "# platform matrix: cpu pins V1 (model_runner: prefer-v2 from reference/deploy/profiles/default.yaml)"
     )
-    assert lines["enforce_eager"].endswith("# reference/deploy/profiles/default.yaml platforms.cpu")
-    assert lines["codec.left_context_frames"].endswith("# platform matrix: cpu pins V1 (V1 geometry)")
+    assert lines["stages.0.enforce_eager"].endswith("# reference/deploy/profiles/default.yaml platforms.cpu")
+    left = "connectors.talker_to_code2wav.extra.codec_left_context_frames"
+    assert lines[left].endswith("# platform matrix: cpu pins V1 (V1 geometry)")
     assert lines["options.device_talker_state"].endswith("# runner default (v1)")
+    assert lines["stages.0.compilation_config.cudagraph_capture_sizes"].endswith(
+        "# reference/deploy/profiles/default.yaml"
+    )
     assert 'env.VLLM_USE_V2_MODEL_RUNNER = "0"' in out
+    assert "stream: geometry 1/25/25/4" in out and "holdback 6 short" in out and "streaming.yaml: upstream_v1" in out
+    assert "runner by platform: cuda v2, rocm v1, npu v1, xpu v1, musa v1, cpu v1" in out
 
 
-def test_show_config_json(capsys):
-    assert show_config.main(["--profile", "h200_v2", "--platform", "cuda", "--json"]) == 0
+def test_cli_json(capsys):
+    assert cli.main(["h200_v2", "--platform", "cuda", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["runner"] == "v2" and data["origins"]["max_num_seqs"] == "reference/deploy/profiles/h200_v2.yaml"
+    assert data["runner"] == "v2" and data["origins"]["stages.0.max_num_seqs"] == "reference/deploy/profiles/h200_v2.yaml"
     assert list(data["geometry"].values()) == list(astuple(DEFAULT_GEOMETRY))
+    assert data["stream_equals_offline"] is True and data["measured"]["case_id"] == "default"
+    assert data["runner_by_platform"]["cpu"] == "error: RunnerUnavailable"
 
 
-def test_show_config_error_exit(capsys):
-    assert show_config.main(["--profile", "default", "--platform", "cpu", "--set", "model_runner=v2"]) == 2
+def test_cli_error_exit(capsys):
+    assert cli.main(["default", "--platform", "cpu", "--set", "model_runner=v2"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: model_runner: v2 (set by override) is not available on platform 'cpu'")
 
 
+def test_cli_file_path(tmp_path, capsys):
+    (tmp_path / "p.yaml").write_text("stages: [{stage_id: 0, max_num_seqs: 2}]\nsurprise: 1\n")
+    assert cli.main([str(tmp_path / "p.yaml")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path}/p.yaml: surprise: unknown key (the keys: reference/deploy/schema.json)\n"
+
+
 def test_parse_set_reads_yaml_values():
-    assert show_config.parse_set(["a=1", "b=false", "c=cuda:1", "d=[1, 2]", "e="]) == {
+    assert cli.parse_set(["a=1", "b=false", "c=cuda:1", "d=[1, 2]", "e="]) == {
         "a": 1,
         "b": False,
         "c": "cuda:1",
@@ -165,7 +217,7 @@ def test_parse_set_reads_yaml_values():
         "e": None,
     }
     with pytest.raises(ValueError, match="key=value"):
-        show_config.parse_set(["novalue"])
+        cli.parse_set(["novalue"])
 
 
 @pytest.mark.parametrize("profile, platform", [("default", "cuda"), ("h200_v2", "cuda"), ("low_latency", "cpu")])
@@ -185,8 +237,6 @@ def test_yaml_safe_load_shares_anchors_which_the_loader_undoes(tmp_path):
     raw = yaml.safe_load(text)
     assert raw["b"] is raw["x-a"]  # the hazard the loader exists to remove
     (tmp_path / "f.yaml").write_text(text)
-    from reference.deploy.resolve import load_yaml
-
     loaded = load_yaml(tmp_path / "f.yaml")
     assert loaded["b"] == loaded["x-a"] and loaded["b"] is not loaded["x-a"]
 
@@ -197,3 +247,34 @@ def test_eager_engine_gets_no_capture_sizes():
     assert eager["compilation_config"] == {"cudagraph_mode": "NONE"}
     graphs = resolve_deployment("default", "cuda").engine_kwargs["compilation_config"]
     assert graphs == {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8, 16]}
+
+
+def test_stream_check():
+    assert check_stream(DEFAULT_GEOMETRY).exact
+    v1 = check_stream(UPSTREAM_V1)
+    assert (v1.exact, v1.left_short, v1.right_short) == (False, 0, 6)
+    assert (check_stream(UPSTREAM_V2).left_short, check_stream(UPSTREAM_V2).right_short) == (2, 10)
+    assert check_stream(StreamGeometry(8, 25, 10, 11)).measured is None
+    assert check_stream(DEFAULT_GEOMETRY).measured.case_id == "default"
+
+
+def test_measured_geometries_are_the_codec_cases():
+    cases = load("codec/streaming")["geometries"]
+    read = measured_geometries()
+    assert {m.case_id for m in read.values()} == {c["id"] for c in cases if "measured" in c}
+    for case in cases:
+        measured = read[StreamGeometry(**case["geometry"])]
+        assert measured.case_id == case["id"]
+        assert measured.snr_db == {k: v["snr_db"] for k, v in case["measured"].items() if isinstance(v, dict)}
+
+
+def test_stage_device_reads_the_resolved_stage():
+    from reference.talker.engine import stage_device
+
+    cuda = resolve_deployment("default", "cuda", {"stages.1.devices": "1,2"})
+    assert stage_device(cuda, cuda.codec_stage) == "cuda:1"
+    assert stage_device(cuda, None) == "cuda:0"
+    cpu = resolve_deployment("default", "cpu")
+    assert stage_device(cpu, cpu.codec_stage) == "cpu"
+    with pytest.raises(ValueError, match="stages.1.devices: 'x' is not a device id"):
+        stage_device(cuda, {"stage_id": 1, "devices": "x"})

@@ -1,7 +1,24 @@
-"""Profile files: find them, parse them, merge a base_config chain into flat leaves.
+"""Deploy files: find them, parse them, check each against the schema, merge a base_config chain.
 
-Used by reference/deploy/resolve.py (which re-exports these names); the rules of the merge are
-documented there. The schema of one file and the leaf paths: reference/deploy/schema.py.
+A file becomes flat leaves {path: value}; merging a chain is then a dict update in chain order,
+each leaf remembering the file that set it. Where the flattening stops decides the merge, and
+follows upstream's loader (vllm-omni config/stage_config.py, read as facts):
+
+- top-level keys other than stages, connectors, platforms, features: replaced whole;
+- stages: merged by stage_id; within a stage the keys of DEEP_MERGE_KEYS merge recursively,
+  every other key (compilation_config, hf_overrides, env, lists) is replaced whole;
+- connectors: merged per connector name, then recursively (so `extra` merges key by key);
+- features: per switch;
+- platforms: per platform name; inside a section, stages by stage_id and connectors per name
+  as above (platform connectors are ours: upstream drops them), model_runner replaced;
+- lists replace; a child null replaces the inherited value (upstream), except where a mapping
+  is expected (platforms, a platform section, connectors, a connector, extra, features): a null
+  there is an empty mapping, allowed only when nothing is inherited under it, so an overlay
+  cannot silently clear an inherited platform restore;
+- a platform section may only name stage_ids and connectors the merged file has (upstream
+  skips unknown stage_ids silently);
+- YAML anchors and merge keys are allowed; every alias is an independent copy; duplicate keys
+  are an error (as in upstream's OmegaConf loader).
 """
 
 from __future__ import annotations
@@ -11,11 +28,12 @@ from typing import Any, Mapping
 
 import yaml
 
-from reference.deploy.schema import Path_, dotted, walk_profile
+from reference.deploy.schema import DEEP_MERGE_KEYS, DeployFileError, Path_, dotted, validate_file
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 REPO_ROOT = PROFILES_DIR.parents[2]
 MAX_CHAIN = 8
+Entry = tuple[Any, str]  # (value, origin)
 
 
 def profile_path(profile: str | Path) -> Path:
@@ -25,16 +43,24 @@ def profile_path(profile: str | Path) -> Path:
         stem = profile[: -len(".yaml")] if profile.endswith(".yaml") else profile
         path = PROFILES_DIR / f"{stem}.yaml"
         if not path.is_file():
+            if Path(profile).is_file():
+                return Path(profile)
             known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
-            raise ValueError(f"unknown profile {profile!r}; known profiles: {known} (use ./{profile} for a local file)")
+            raise DeployFileError(
+                f"unknown profile {profile!r}; known profiles: {known} (use ./{profile} for a local file)"
+            )
         return path
     return Path(profile)
 
 
 def display_path(path: Path) -> str:
-    """Repo-relative for files in the repo (reference/deploy/profiles/default.yaml), else as given."""
+    """Repo-relative for files in the repo, site-packages-relative for installed ones, else as given."""
+    resolved = Path(path).resolve()
+    parts = resolved.parts
+    if "site-packages" in parts:
+        return Path(*parts[parts.index("site-packages") + 1 :]).as_posix()
     try:
-        return Path(path).resolve().relative_to(REPO_ROOT).as_posix()
+        return resolved.relative_to(REPO_ROOT).as_posix()
     except ValueError:
         return str(path)
 
@@ -48,50 +74,145 @@ def independent_copy(node: Any) -> Any:
     return node
 
 
+class _NoDuplicates(yaml.SafeLoader):
+    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<:` entries may be overridden by explicit keys
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml(path: Path) -> Any:
-    """Parse one profile file; aliases of one anchor come back as independent containers."""
+    """Parse one file; aliases of one anchor come back as independent containers."""
     with open(path, encoding="utf-8") as fh:
         try:
-            return independent_copy(yaml.safe_load(fh))
+            return independent_copy(yaml.load(fh, Loader=_NoDuplicates))  # noqa: S506 (a SafeLoader)
         except yaml.YAMLError as exc:
-            raise ValueError(f"{display_path(path)}: not valid YAML: {exc}") from None
+            raise DeployFileError(f"{display_path(path)}: not valid YAML: {exc}") from None
 
 
 def load_chain(profile: str | Path) -> list[tuple[str, Any]]:
-    """[(display path, document)], base first, the named profile last."""
+    """[(display path, document)], base first, the named file last; each checked against the schema."""
     chain: list[tuple[str, Any]] = []
     path: Path | None = profile_path(profile)
     seen: list[Path] = []
     while path is not None:
         resolved = path.resolve()
         if resolved in seen:
-            cycle = " -> ".join(display_path(p) for p in seen + [resolved])
-            raise ValueError(f"base_config cycle: {cycle}")
+            raise DeployFileError(f"base_config cycle: {' -> '.join(display_path(p) for p in seen + [resolved])}")
         if len(seen) >= MAX_CHAIN:
-            raise ValueError(f"{display_path(path)}: base_config chain deeper than {MAX_CHAIN}")
+            raise DeployFileError(f"{display_path(path)}: base_config chain deeper than {MAX_CHAIN}")
         if not path.is_file():
-            raise ValueError(f"profile file not found: {display_path(path)}")
+            raise DeployFileError(f"deploy file not found: {display_path(path)}")
         seen.append(resolved)
         doc = load_yaml(path)
+        validate_file(doc, display_path(path))
         chain.append((display_path(path), doc))
-        base = doc.get("base_config") if isinstance(doc, Mapping) else None
+        base = doc.get("base_config")
         path = (path.parent / base) if isinstance(base, str) else None
     return chain[::-1]
 
 
-Entry = tuple[Any, str]  # (value, origin)
+class _Flat:
+    """One file's document as leaves and clears (a null where a mapping is expected)."""
+
+    def __init__(self) -> None:
+        self.leaves: dict[Path_, Any] = {}
+        self.clears: list[Path_] = []
+
+    def deep(self, path: Path_, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for key, item in value.items():
+                self.deep(path + (key,), item)
+        else:
+            self.leaves[path] = value  # {} too: it keeps whatever is inherited under it
+
+    def mapping(self, path: Path_, value: Any) -> dict[str, Any]:
+        if value is None:
+            self.clears.append(path)
+            return {}
+        return value
+
+    def stages(self, path: Path_, value: Any) -> None:
+        for stage in value or []:
+            sid = stage["stage_id"]
+            self.leaves[path + (sid, "stage_id")] = sid  # the stage exists even with nothing else
+            for key, item in stage.items():
+                if key == "stage_id":
+                    continue
+                if key in DEEP_MERGE_KEYS and isinstance(item, dict):
+                    self.deep(path + (sid, key), item)
+                else:
+                    self.leaves[path + (sid, key)] = item
+
+    def connectors(self, path: Path_, value: Any) -> None:
+        for name, conn in self.mapping(path, value).items():
+            for key, item in self.mapping(path + (name,), conn).items():
+                if key == "extra" and item is None:
+                    self.clears.append(path + (name, key))
+                elif key == "extra":
+                    self.deep(path + (name, key), item)
+                else:
+                    self.leaves[path + (name, key)] = item
+
+    def features(self, path: Path_, value: Any) -> None:
+        for key, item in self.mapping(path, value).items():
+            self.leaves[path + (key,)] = item
+
+    def section(self, prefix: Path_, doc: Mapping[str, Any]) -> None:
+        for key, value in doc.items():
+            path = prefix + (key,)
+            if prefix == () and (key.startswith("x-") or key == "base_config"):
+                continue
+            if key == "stages":
+                self.stages(path, value)
+            elif key == "connectors":
+                self.connectors(path, value)
+            elif key == "features":
+                self.features(path, value)
+            elif key == "platforms" and prefix == ():
+                for platform, body in self.mapping(path, value).items():
+                    self.section(path + (platform,), self.mapping(path + (platform,), body))
+            else:
+                self.leaves[path] = value
+
+
+def flatten(doc: Mapping[str, Any]) -> tuple[dict[Path_, Any], list[Path_]]:
+    """(leaves, clears) of one schema-checked document."""
+    flat = _Flat()
+    flat.section((), doc)
+    return flat.leaves, flat.clears
+
+
+def _under(path: Path_, prefix: Path_) -> bool:
+    return len(path) > len(prefix) and path[: len(prefix)] == prefix
+
+
+def _put(merged: dict[Path_, Entry], path: Path_, entry: Entry) -> None:
+    if entry[0] != {}:  # a value (null included) replaces everything inherited under it
+        for inherited in [p for p in merged if _under(p, path)]:
+            del merged[inherited]
+    for i in range(1, len(path)):  # an inherited non-mapping above it is replaced by the mapping
+        if path[:i] in merged and not isinstance(merged[path[:i]][0], dict):
+            del merged[path[:i]]
+    merged[path] = entry
 
 
 def _apply_clears(merged: dict[Path_, Entry], clears: list[Path_], where: str) -> None:
     for prefix in clears:
-        inherited = [p for p in merged if p[: len(prefix)] == prefix]
+        inherited = sorted((p for p in merged if _under(p, prefix)), key=dotted)
         if not inherited:
-            continue  # nothing to clear: `cpu:` with no overrides is just an empty section
-        restore = prefix[0] == "platforms" and any(p[2] == "codec" for p in inherited)
-        raise ValueError(
+            continue  # `cpu:` with nothing under it is just an empty section
+        restore = prefix[0] == "platforms"
+        raise DeployFileError(
             f"{where}: {dotted(prefix)}: null cannot clear "
-            f"{'an inherited platform restore' if restore else 'an inherited value'} "
-            f"({', '.join(sorted(dotted(p) for p in inherited))} from {merged[inherited[0]][1]}); "
+            f"{'an inherited platform section' if restore else 'inherited values'} "
+            f"({', '.join(dotted(p) for p in inherited)} from {merged[inherited[0]][1]}); "
             "an overlay can change inherited values but not remove them"
         )
 
@@ -100,56 +221,59 @@ def merge_chain(chain: list[tuple[str, Any]]) -> dict[Path_, Entry]:
     """Flatten and merge the chain: {leaf path: (value, file that set it)}, platforms included."""
     merged: dict[Path_, Entry] = {}
     for where, doc in chain:
-        leaves, clears = walk_profile(doc, where)
+        leaves, clears = flatten(doc)
         _apply_clears(merged, clears, where)
         for path, value in leaves.items():
-            merged[path] = (value, where)
+            _put(merged, path, (value, where))
     _check_platform_targets(merged)
     return merged
 
 
 def _check_platform_targets(merged: dict[Path_, Entry]) -> None:
-    stages = {p[1] for p in merged if p[0] == "stages"}
-    connectors = {p[1] for p in merged if p[0] == "connectors"}
+    stages = sorted({p[1] for p in merged if p[0] == "stages"})
+    connectors = sorted({p[1] for p in merged if p[0] == "connectors"})
     for path, (_, where) in sorted(merged.items(), key=lambda kv: dotted(kv[0])):
         if path[0] != "platforms" or len(path) < 5:
             continue
         if path[2] == "stages" and path[3] not in stages:
-            raise ValueError(
-                f"{where}: {dotted(path[:4])}: unknown stage_id {path[3]!r}; the profile's stages: "
-                f"{', '.join(str(s) for s in sorted(stages)) or 'none'}"
+            raise DeployFileError(
+                f"{where}: {dotted(path[:4])}: unknown stage_id {path[3]!r}; the file's stages: "
+                f"{', '.join(str(s) for s in stages) or 'none'}"
             )
         if path[2] == "connectors" and path[3] not in connectors:
-            raise ValueError(
-                f"{where}: {dotted(path[:4])}: unknown connector {path[3]!r}; the profile's connectors: "
-                f"{', '.join(sorted(connectors)) or 'none'}"
+            raise DeployFileError(
+                f"{where}: {dotted(path[:4])}: unknown connector {path[3]!r}; the file's connectors: "
+                f"{', '.join(connectors) or 'none'}"
             )
 
 
 def overrides_to_leaves(overrides: Mapping[str, Any] | None, where: str = "override") -> dict[Path_, Any]:
-    """Overrides as dotted keys ("codec.chunk_frames", "stages.1.device") or nested mappings."""
-    nested: dict[str, Any] = {}
+    """Overrides as dotted keys ("stages.0.max_num_seqs", "connectors.c.extra.codec_chunk_frames")
+    or nested mappings in the file format; checked against the same schema, no platforms."""
+    doc: dict[str, Any] = {}
     stages: dict[int, dict[str, Any]] = {}
     for key, value in (overrides or {}).items():
         parts = str(key).split(".")
-        if parts[0] == "platforms":
-            raise ValueError(f"{where}: {key}: overrides apply to the target platform; drop 'platforms.'")
-        if parts[0] == "stages" and len(parts) == 3:
+        if parts[0] in ("platforms", "base_config"):
+            raise DeployFileError(f"{where}: {key}: overrides apply to the target platform; drop '{parts[0]}'")
+        if parts[0] == "stages" and len(parts) >= 3:
             try:
                 sid = int(parts[1])
             except ValueError:
-                raise ValueError(f"{where}: {key}: stage overrides are stages.<stage_id>.<key>") from None
-            stages.setdefault(sid, {"stage_id": sid})[parts[2]] = value
-            continue
-        node = nested
+                raise DeployFileError(f"{where}: {key}: stage overrides are stages.<stage_id>.<key>") from None
+            node = stages.setdefault(sid, {"stage_id": sid})
+            parts = parts[2:]
+        else:
+            node = doc
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ValueError(f"{where}: {key}: conflicts with another override")
+                raise DeployFileError(f"{where}: {key}: conflicts with another override")
         node[parts[-1]] = value
     if stages:
-        nested["stages"] = list(stages.values())
-    leaves, clears = walk_profile(nested, where)
+        doc["stages"] = [*doc.get("stages", []), *stages.values()]
+    validate_file(doc, where)
+    leaves, clears = flatten(doc)
     if clears:
-        raise ValueError(f"{where}: {dotted(clears[0])}: null cannot be used as an override here")
+        raise DeployFileError(f"{where}: {dotted(clears[0])}: null cannot be used as an override here")
     return leaves

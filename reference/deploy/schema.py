@@ -1,195 +1,172 @@
-"""The deploy-profile YAML schema, and the walk that turns one profile file into flat leaves.
+"""The deploy-file format: its JSON Schema (reference/deploy/schema.json) and the merge tables.
 
-A profile file is a mapping with these keys (all optional in one file; the merged chain must
-have every key of `REQUIRED`):
+`python -m reference.deploy.schema` checks every shipped profile against the schema.
 
-  base_config: str              another profile file, relative to this one; this file overlays it
-  description: str
-  model_runner: prefer-v2 | v2 | v1   (see reference/deploy/platform_matrix.py)
-  async_scheduling: bool
-  enforce_eager: bool
-  cudagraph_capture_sizes: [int >= 1, ...] | null   (null: vLLM's default sizes)
-  max_num_seqs: int >= 1
-  max_model_len: int >= 1
-  gpu_memory_utilization: float in (0, 1]
-  codec: {first_chunk_frames, chunk_frames, left_context_frames, right_holdback_frames}: int
-                                streaming geometry in codec frames (reference/codec/geometry.py)
+The format is vllm-omni's deploy schema (a list of `stages` with their own engine arguments,
+`connectors` whose `extra` carries the streaming geometry, `async_chunk`, `platforms`,
+`base_config` chains) plus our MRV2 fields:
+
+  model_runner: prefer-v2 | v2 | v1     upstream knows v1 | v2; prefer-v2 keeps the platform-matrix
+                                        rule (reference/deploy/platform_matrix.py)
   features: {device_talker_state, model_sampler, full_decode_cudagraphs,
-             window_aligned_first_chunk}: true | false | null   (null: follow the runner)
-  default_sampling_params: {field: value}   checked by reference/deploy/sampling.py
-  stages: [{stage_id: int, name: str, device: str, max_batch_size: int >= 1}]   merged by stage_id
-  connectors: {name: {from_stage: int, to_stage: int, transport: in_process | shared_memory,
-                      max_inflight_chunks: int >= 1}}   merged per connector name
-  platforms: {cuda | rocm | npu | xpu | musa | cpu: {any key above except base_config,
-              description, platforms}}   a platform section may only override stages and
-                                         connectors that exist
-  x-<anything>: ignored; a place for YAML anchors (`x-v1-engine: &v1_engine {...}`)
+             window_aligned_first_chunk}: true | false | null   (reference/deploy/switches.py)
+  platforms.<p>.connectors / .features  platform-scoped connectors (upstream drops them silently)
+  x-<anything>                          top level only: a place for YAML anchors
 
-Flat leaves: a file becomes {path: value}, path a tuple such as ("max_num_seqs",),
-("codec", "chunk_frames"), ("stages", 1, "device"), ("connectors", "talker_to_code2wav",
-"transport"), ("platforms", "cpu", "enforce_eager"). Deep merging is then a dict update.
-A mapping written as null (`cpu:` with nothing after it) becomes a *clear* of its prefix, which
-the loader allows only where nothing is inherited under it.
+`validate_file(doc, where)` checks one file before any merge and raises DeployFileError naming
+the file and the key; checks the schema cannot express (stage ids unique, platform sections
+naming existing stages and connectors, connector references) are in reference/deploy/loader.py
+and reference/deploy/resolve.py.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any
 
-from reference.deploy.switches import SWITCH_NAMES
-from reference.deploy.platform_matrix import PLATFORMS, RUNNER_REQUESTS
+from jsonschema import Draft202012Validator
 
-Path_ = tuple  # a leaf path: ("codec", "chunk_frames"), ("stages", 1, "device"), ...
+SCHEMA_PATH = Path(__file__).resolve().parent / "schema.json"
 
-CODEC_FIELDS = ("first_chunk_frames", "chunk_frames", "left_context_frames", "right_holdback_frames")
-TRANSPORTS = ("in_process", "shared_memory")
-REQUIRED = ("model_runner", "async_scheduling", "max_num_seqs", "max_model_len", "gpu_memory_utilization")
-# Values used when no file sets the key (origin "default").
-DEFAULTS: dict[Path_, Any] = {
-    ("enforce_eager",): False,
-    ("cudagraph_capture_sizes",): None,
-    **{("features", name): None for name in SWITCH_NAMES},
+Path_ = tuple  # a leaf path: ("stages", 0, "max_num_seqs"), ("connectors", "c", "extra", "k"), ...
+
+# Stage keys merged recursively by a base_config overlay (upstream's list); every other stage key
+# is replaced whole (compilation_config, hf_overrides, env, ...).
+DEEP_MERGE_KEYS = (
+    "default_sampling_params",
+    "default_pooling_params",
+    "subtalker_sampling_params",
+    "engine_extras",
+    "engine_args",
+)
+# Stage keys that are not engine arguments of that stage's vLLM engine.
+RESERVED_STAGE_KEYS = (
+    "stage_id",
+    "devices",
+    "num_replicas",
+    "env",
+    "runtime",
+    "input_connectors",
+    "output_connectors",
+    "default_sampling_params",
+    "default_pooling_params",
+    "subtalker_sampling_params",
+    "engine_extras",
+    "engine_args",
+    "async_chunk",
+)
+# Streaming geometry: StreamGeometry field -> key in connectors.<name>.extra (upstream's names).
+GEOMETRY_KEYS = {
+    "first_chunk_frames": "initial_codec_chunk_frames",
+    "chunk_frames": "codec_chunk_frames",
+    "left_context_frames": "codec_left_context_frames",
+    "right_holdback_frames": "codec_right_holdback_frames",
 }
-# Leaves whose null is a value (follow the runner / vLLM default / "unset"), not a clear.
-NULLABLE_PREFIXES = (("features",), ("cudagraph_capture_sizes",), ("default_sampling_params",))
+TALKER_STAGE = 0  # engine arguments, sampling defaults
+CODEC_STAGE = 1  # code2wav: the codec batch and device
+# Values used when no file sets the key (origin "default"). model_runner: upstream's default.
+DEFAULTS: dict[Path_, Any] = {
+    ("model_runner",): "v1",
+    ("stages", TALKER_STAGE, "enforce_eager"): False,
+    ("stages", TALKER_STAGE, "async_scheduling"): False,
+}
+
+
+class DeployFileError(ValueError):
+    """A deploy file that breaks the schema or a rule of the format; the message names file and key."""
 
 
 def dotted(path: Path_) -> str:
     return ".".join(str(p) for p in path)
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+@functools.cache
+def schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
-def _check(cond: bool, need: str) -> Callable[[Any], str | None]:
-    return lambda v: None if cond(v) else need  # type: ignore[operator]
+@functools.cache
+def _validator() -> Draft202012Validator:
+    return Draft202012Validator(schema())
 
 
-_SCALARS: dict[str, Callable[[Any], str | None]] = {
-    "base_config": _check(lambda v: isinstance(v, str) and v != "", "a file name"),
-    "description": _check(lambda v: isinstance(v, str), "a string"),
-    "model_runner": _check(lambda v: v in RUNNER_REQUESTS, f"one of {', '.join(RUNNER_REQUESTS)}"),
-    "async_scheduling": _check(lambda v: isinstance(v, bool), "true or false"),
-    "enforce_eager": _check(lambda v: isinstance(v, bool), "true or false"),
-    "cudagraph_capture_sizes": _check(
-        lambda v: v is None or (isinstance(v, list) and v != [] and all(_is_int(x) and x >= 1 for x in v)),
-        "a non-empty list of integers >= 1, or null",
-    ),
-    "max_num_seqs": _check(lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-    "max_model_len": _check(lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-    "gpu_memory_utilization": _check(
-        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1, "a number in (0, 1]"
-    ),
-}
-_CODEC = {name: _check(lambda v: _is_int(v) and v >= 0, "an integer >= 0") for name in CODEC_FIELDS}
-_FEATURES = {name: _check(lambda v: v is None or isinstance(v, bool), "true, false or null") for name in SWITCH_NAMES}
-_STAGE = {
-    "stage_id": _check(_is_int, "an integer"),
-    "name": _check(lambda v: isinstance(v, str) and v != "", "a name"),
-    "device": _check(lambda v: isinstance(v, str) and v != "", "a device string such as cuda:0"),
-    "max_batch_size": _check(lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-}
-_CONNECTOR = {
-    "from_stage": _check(_is_int, "a stage_id"),
-    "to_stage": _check(_is_int, "a stage_id"),
-    "transport": _check(lambda v: v in TRANSPORTS, f"one of {', '.join(TRANSPORTS)}"),
-    "max_inflight_chunks": _check(lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-}
-FILE_ONLY_KEYS = ("base_config", "description", "platforms")
+def _known_keys(subschema: dict[str, Any]) -> list[str]:
+    return sorted(subschema.get("properties", {}))
 
 
-class _Walk:
-    def __init__(self, where: str) -> None:
-        self.where = where
-        self.leaves: dict[Path_, Any] = {}
-        self.clears: list[Path_] = []
+def _message(error) -> tuple[Path_, str]:
+    """(key path, message) of one jsonschema error, in the words the rest of the loader uses."""
+    path = tuple(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(error.schema.get("properties", {}))
+        patterns = error.schema.get("patternProperties", {})
+        for key in error.instance:
+            if key not in allowed and not any(re.search(p, str(key)) for p in patterns):
+                known = _known_keys(error.schema)
+                if len(known) > 8:
+                    return path + (key,), "unknown key (the keys: reference/deploy/schema.json)"
+                return path + (key,), f"unknown key; known: {', '.join(known)}"
+    if "propertyNames" in error.relative_schema_path:  # a key that is not one of the allowed names
+        return path + (error.instance,), f"unknown name; known: {', '.join(error.validator_value)}"
+    if error.validator == "enum":
+        return path, f"must be one of {', '.join(str(v) for v in error.validator_value if v is not None)}, got {error.instance!r}"
+    if error.validator == "type":
+        return path, f"must be {' or '.join(error.validator_value if isinstance(error.validator_value, list) else [error.validator_value])}, got {type(error.instance).__name__} {error.instance!r}"
+    if error.validator == "required":
+        return path, error.message.replace("is a required property", "is required")
+    return path, f"{error.message}"
 
-    def fail(self, path: Path_, msg: str) -> None:
-        raise ValueError(f"{self.where}: {dotted(path)}: {msg}")
 
-    def leaf(self, path: Path_, value: Any, check: Callable[[Any], str | None]) -> None:
-        nullable = any(path[: len(p)] == p for p in NULLABLE_PREFIXES)
-        if value is None and not nullable:
-            self.clears.append(path)  # the loader decides whether clearing is allowed
-            return
-        need = check(value)
-        if need is not None:
-            self.fail(path, f"must be {need}, got {value!r}")
-        self.leaves[path] = value
+def validate_file(doc: Any, where: str) -> None:
+    """Check one deploy file's document; raises DeployFileError("<where>: <key>: <what>")."""
+    if not isinstance(doc, dict):
+        raise DeployFileError(f"{where}: a deploy file must be a mapping, got {type(doc).__name__}")
+    for key in doc:
+        if not isinstance(key, str):
+            raise DeployFileError(f"{where}: {key!r}: keys must be strings")
+    errors = list(_validator().iter_errors(doc))
+    if errors:
+        # The deepest error first: it names the key closest to the mistake.
+        error = max(errors, key=lambda e: (len(e.absolute_path), -len(list(e.context or ()))))
+        path, text = _message(error)
+        raise DeployFileError(f"{where}: {dotted(path) or '(top level)'}: {text}")
+    _check_stage_lists(doc, where)
 
-    def mapping(self, path: Path_, value: Any) -> Mapping[str, Any] | None:
-        if value is None:
-            self.clears.append(path)
-            return None
-        if not isinstance(value, Mapping):
-            self.fail(path, f"must be a mapping, got {type(value).__name__} {value!r}")
-        return value
 
-    def fields(self, path: Path_, value: Mapping[str, Any], spec: Mapping[str, Callable[[Any], str | None]]) -> None:
-        for key, item in value.items():
-            if key not in spec:
-                self.fail(path + (key,), f"unknown key; known: {', '.join(spec)}")
-            self.leaf(path + (key,), item, spec[key])
-
-    def section(self, prefix: Path_, doc: Mapping[str, Any], in_platform: bool) -> None:
-        for key, value in doc.items():
-            if not isinstance(key, str):
-                self.fail(prefix + (key,), "keys must be strings")
-            path = prefix + (key,)
-            if key.startswith("x-") and not in_platform and prefix == ():
-                continue
-            if key in FILE_ONLY_KEYS and in_platform:
-                self.fail(path, "not allowed inside a platform section")
-            if key in _SCALARS:
-                self.leaf(path, value, _SCALARS[key])
-            elif key in ("codec", "features"):
-                body = self.mapping(path, value)
-                if body is not None:
-                    self.fields(path, body, _CODEC if key == "codec" else _FEATURES)
-            elif key == "default_sampling_params":
-                body = self.mapping(path, value)
-                for name, item in (body or {}).items():
-                    self.leaves[path + (name,)] = item  # content checked by sampling_validation
-            elif key == "stages":
-                self.stages(path, value)
-            elif key == "connectors":
-                body = self.mapping(path, value)
-                for name, conn in (body or {}).items():
-                    conn_body = self.mapping(path + (name,), conn)
-                    if conn_body is not None:
-                        self.fields(path + (name,), conn_body, _CONNECTOR)
-            elif key == "platforms" and not in_platform:
-                body = self.mapping(path, value)
-                for platform, section in (body or {}).items():
-                    if platform not in PLATFORMS:
-                        self.fail(path + (platform,), f"unknown platform; known: {', '.join(PLATFORMS)}")
-                    section_body = self.mapping(path + (platform,), section)
-                    if section_body is not None:
-                        self.section(path + (platform,), section_body, in_platform=True)
-            else:
-                self.fail(path, "unknown key (see reference/deploy/schema.py)")
-
-    def stages(self, path: Path_, value: Any) -> None:
-        if not isinstance(value, list):
-            self.fail(path, f"must be a list of {{stage_id: ..., ...}}, got {type(value).__name__} {value!r}")
+def _check_stage_lists(doc: dict[str, Any], where: str) -> None:
+    lists = [(("stages",), doc.get("stages"))]
+    for platform, section in (doc.get("platforms") or {}).items():
+        lists.append((("platforms", platform, "stages"), (section or {}).get("stages")))
+    for prefix, stages in lists:
         seen: set[int] = set()
-        for i, stage in enumerate(value):
-            if not isinstance(stage, Mapping) or "stage_id" not in stage:
-                self.fail(path + (i,), f"each stage must be a mapping with a stage_id, got {stage!r}")
+        for stage in stages or []:
             sid = stage["stage_id"]
-            if not _is_int(sid):
-                self.fail(path + (i, "stage_id"), f"must be an integer, got {sid!r}")
             if sid in seen:
-                self.fail(path + (sid,), "stage_id listed twice")
+                raise DeployFileError(f"{where}: {dotted(prefix + (sid,))}: stage_id listed twice")
             seen.add(sid)
-            self.fields(path + (sid,), stage, _STAGE)
 
 
-def walk_profile(doc: Any, where: str) -> tuple[dict[Path_, Any], list[Path_]]:
-    """Check one file's document against the schema; return (leaves, clears). Raises ValueError(where...)."""
-    if not isinstance(doc, Mapping):
-        raise ValueError(f"{where}: a profile must be a mapping, got {type(doc).__name__}")
-    walk = _Walk(where)
-    walk.section((), doc, in_platform=False)
-    return walk.leaves, walk.clears
+def main() -> int:
+    """`python -m reference.deploy.schema`: every shipped profile (and its base_config chain) against schema.json."""
+    import sys
+
+    from reference.deploy.loader import PROFILES_DIR, load_chain
+
+    profiles = sorted(PROFILES_DIR.glob("*.yaml"))
+    problems = []
+    for path in profiles:
+        try:
+            load_chain(path)
+        except DeployFileError as exc:
+            problems.append(str(exc))
+    for line in problems:
+        print(line, file=sys.stderr)
+    print(f"{len(profiles)} deploy profiles: {'all valid' if not problems else f'{len(problems)} invalid'}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -16,7 +16,7 @@ Switches (V2 default in brackets; under V1 every switch is off and explicit valu
   FULL_AND_PIECEWISE); off: PIECEWISE only. Resolves off when enforce_eager is set (explicit on
   with enforce_eager is an error).
 - window_aligned_first_chunk [on]: the first streamed chunk is one 8-frame codec window; off:
-  a 1-frame first chunk (see deploy_profiles rule `first-chunk-switch`).
+  a 1-frame first chunk (rule `first-chunk-switch` in reference/deploy/precedence.py).
 
 Rules, all in `resolve_switches` (pure: it returns warnings, the caller logs them):
 - V2 + a structural switch explicitly false: ValueError naming the switch; the way out is the
@@ -152,14 +152,17 @@ def cudagraph_mode(options: TalkerOptions, enforce_eager: bool) -> str:
     return "FULL_AND_PIECEWISE" if options.full_decode_cudagraphs else "PIECEWISE"
 
 
-def first_chunk_frames(options: TalkerOptions, profile_frames: int) -> int:
-    """The first chunk under V2: the profile's window-aligned value when on, 1 frame when off."""
+def first_chunk_frames(options: TalkerOptions, profile_frames: int, key: str = "first chunk") -> int:
+    """The first chunk under V2: the profile's window-aligned value when on, 1 frame when off.
+
+    key: where the value was set ("<file>: connectors.<name>.extra.initial_codec_chunk_frames"),
+    quoted in the error."""
     if not options.window_aligned_first_chunk:
         return 1
     if profile_frames % CODEC_WINDOW_FRAMES:
         raise ValueError(
-            f"features.window_aligned_first_chunk is on but codec.first_chunk_frames = {profile_frames} is not "
-            f"a whole number of {CODEC_WINDOW_FRAMES}-frame codec windows; set it to {CODEC_WINDOW_FRAMES} "
-            "or turn the switch off"
+            f"{key} = {profile_frames}: features.window_aligned_first_chunk is on under Model Runner V2 but "
+            f"{profile_frames} frames is not a whole number of {CODEC_WINDOW_FRAMES}-frame codec windows; set it "
+            f"to {CODEC_WINDOW_FRAMES}, turn the switch off, or use the V1 opt-out profile {V1_OPT_OUT_PROFILE}"
         )
     return profile_frames

@@ -46,10 +46,26 @@ def start_async_llm(checkpoint: str | Path, runner: str, **overrides):
 
 
 def deployment_engine_kwargs(deployment, **overrides) -> dict:
-    """vLLM engine arguments of a resolved deployment (reference/deploy/resolve.py), with the
-    runner it chose made explicit in the environment."""
+    """vLLM engine arguments of a resolved deployment (reference/deploy/resolve.py: stage 0 of the
+    deploy file), with its environment (the runner it chose, explicit) set."""
     os.environ.update(deployment.env)
     return {**deployment.engine_kwargs, **overrides}
+
+
+# The torch device type of each platform's accelerator (torch names ROCm devices cuda:N).
+_TORCH_DEVICE = {"cuda": "cuda", "rocm": "cuda", "npu": "npu", "xpu": "xpu", "musa": "musa", "cpu": "cpu"}
+
+
+def stage_device(deployment, stage: dict | None) -> str:
+    """The torch device of a resolved stage (e.g. deployment.codec_stage): the first id of its
+    `devices` ("0", "0,1") on the platform's accelerator; "cpu" on a CPU."""
+    kind = _TORCH_DEVICE[deployment.platform]
+    if kind == "cpu":
+        return "cpu"
+    first = str((stage or {}).get("devices", "0")).split(",")[0].strip() or "0"
+    if not first.isdigit():
+        raise ValueError(f"{deployment.profile}: stages.{(stage or {}).get('stage_id')}.devices: {first!r} is not a device id")
+    return f"{kind}:{first}"
 
 
 def start_llm_for_deployment(checkpoint: str | Path, deployment, **overrides):

@@ -1,0 +1,96 @@
+"""Does a streaming geometry stitch into the offline decode? A check that needs no engine.
+
+The DAC decoder's PCM for a frame depends on `decoder_context_frames` frames on each side
+(reference/codec/streaming.py, on the real codec's config, reference/codec/config.py). A
+geometry whose left context and holdback both cover that reach makes the stitched stream equal
+the offline decode up to float rounding whatever the weights; one frame short costs ~20 dB.
+
+The SNR quoted for a geometry is the one measured for it in conformance/cases/codec/streaming.yaml
+(`measured`, written from `pytest conformance/test_stream_vs_offline.py -s`), read as plain data:
+no codec, checkpoint or test fixture is needed. Without that file nothing is quoted.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from reference.codec.config import CodecConfig
+from reference.codec.geometry import StreamGeometry
+
+
+CODEC_CASES = Path(__file__).resolve().parents[2] / "conformance" / "cases" / "codec" / "streaming.yaml"
+
+
+@dataclass(frozen=True)
+class Measured:
+    case_id: str  # the geometry's id in conformance/cases/codec/streaming.yaml
+    snr_db: dict[str, float]  # codec size ("tiny", "4b") -> SNR dB
+    max_abs_err: dict[str, float]
+
+
+@functools.cache
+def measured_geometries(path: Path = CODEC_CASES) -> dict[StreamGeometry, Measured]:
+    """Every geometry of the codec streaming cases that carries a measurement."""
+    if not path.is_file():
+        return {}
+    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    out: dict[StreamGeometry, Measured] = {}
+    for case in doc.get("geometries", []):
+        runs = {k: v for k, v in (case.get("measured") or {}).items() if isinstance(v, dict)}
+        if runs:
+            out[StreamGeometry(**case["geometry"])] = Measured(
+                case["id"], {k: v["snr_db"] for k, v in runs.items()}, {k: v["max_abs_err"] for k, v in runs.items()}
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class StreamCheck:
+    geometry: StreamGeometry
+    needs_left: int  # frames of left context the decoder reaches back
+    needs_right: int  # frames of holdback it reaches forward
+    measured: Measured | None
+
+    @property
+    def left_short(self) -> int:
+        return max(0, self.needs_left - self.geometry.left_context_frames)
+
+    @property
+    def right_short(self) -> int:
+        return max(0, self.needs_right - self.geometry.right_holdback_frames)
+
+    @property
+    def exact(self) -> bool:
+        """stream = offline up to float rounding."""
+        return self.left_short == 0 and self.right_short == 0
+
+    def summary(self) -> str:
+        g = self.geometry
+        shape = f"{g.first_chunk_frames}/{g.chunk_frames}/{g.left_context_frames}/{g.right_holdback_frames}"
+        reach = f"decoder reach {self.needs_left} left / {self.needs_right} right"
+        if self.exact:
+            verdict = "stream = offline (context and holdback cover the reach)"
+        else:
+            short = [f"left context {self.left_short} short"] * bool(self.left_short)
+            short += [f"holdback {self.right_short} short"] * bool(self.right_short)
+            verdict = f"stream != offline at chunk edges ({', '.join(short)})"
+        text = f"geometry {shape} (first/chunk/left/holdback): {reach}: {verdict}"
+        if self.measured is not None:
+            m = self.measured
+            text += "; measured " + ", ".join(
+                f"{m.snr_db[s]} dB / {m.max_abs_err[s]:.2g} ({s} codec)" for s in m.snr_db
+            )
+            text += f" [conformance/cases/codec/streaming.yaml: {m.case_id}]"
+        return text
+
+
+def check_stream(geometry: StreamGeometry, codec: CodecConfig | None = None) -> StreamCheck:
+    """Compare `geometry` with the decoder's reach (the real codec's config unless given)."""
+    from reference.codec.streaming import decoder_context_frames
+
+    left, right = decoder_context_frames(codec or CodecConfig())
+    return StreamCheck(geometry, left, right, measured_geometries().get(geometry))
