@@ -1,12 +1,17 @@
-"""Check that the deploy-profile tests catch the removal of each rule (a small mutation run).
+"""Check that the deploy tests catch the removal of each rule (a small mutation run).
 
-    python -m conformance.mutate_deploy [--baseline] [--list] [INDEX ...]
+    python -m conformance.mutate_deploy [--baseline] [--list] [--jobs N] [INDEX ...]
 
 Each mutation copies the tree to a temporary directory, breaks one rule of reference/ there
 (a textual edit that must match exactly once), runs the deploy tests and reports RED (caught)
 or GREEN (survived). Exit status 1 if any mutation survives or no longer applies. Not collected by
 pytest: it takes a few minutes (one pytest run per mutation). The mechanics (copy, edit, run,
 verdict) live in conformance/mutation_run.py.
+
+The three defects of issue #14 (a platform's connector override replacing instead of merging, a
+platform stage override landing on the wrong stage_id, a V1 platform fallback keeping the V2
+geometry) run against conformance/test_deploy_upstream.py alone: they are caught on vllm-omni's
+own Higgs files (the installed wheel) or overlays on them.
 """
 
 from __future__ import annotations
@@ -21,39 +26,61 @@ TESTS = [
     "conformance/test_deploy_overlays.py",
     "conformance/test_deploy_sampling.py",
     "conformance/test_deploy_precedence.py",
+    "conformance/test_deploy_upstream.py",
+    "conformance/test_deploy_corpus.py",
     "tests/test_deploy_profiles.py",
     "tests/test_deploy_platform_matrix.py",
     "tests/test_feature_switches.py",
     "tests/test_sampling_validation.py",
 ]
+UPSTREAM_TESTS = ["conformance/test_deploy_upstream.py"]
 ORDER_TESTS = [
     "conformance/test_deploy_precedence.py::test_deploy_rule_order",
     "conformance/test_deploy_precedence.py::test_runner_rule_order",
 ]
-DP, PM, FS = "reference/deploy/resolve.py", "reference/deploy/platform_matrix.py", "reference/deploy/switches.py"
-SV, PS, PL = "reference/deploy/sampling.py", "reference/deploy/schema.py", "reference/deploy/loader.py"
+RS, PC, LA = "reference/deploy/resolve.py", "reference/deploy/precedence.py", "reference/deploy/launch.py"
+PM, FS = "reference/deploy/platform_matrix.py", "reference/deploy/switches.py"
+SV, LD = "reference/deploy/sampling.py", "reference/deploy/loader.py"
+SC, SJ = "reference/deploy/schema.py", "reference/deploy/schema.json"
 
 # (name, file, old text, new text); "REMOVE" mutations run without the rule-order tests, so a
-# behaviour test has to catch them.
+# behaviour test has to catch them; "UPSTREAM" mutations run with UPSTREAM_TESTS only.
 MUTATIONS: list[tuple[str, str, str, str]] = []
 for _rule in ("override", "first-chunk-switch", "platform-section", "matrix-restore", "profile", "runner-default",
               "schema-default"):
-    MUTATIONS.append((f"REMOVE precedence rule {_rule}", DP, "\ndef pick(ctx",
+    MUTATIONS.append((f"REMOVE precedence rule {_rule}", PC, "\ndef pick(ctx",
                       f"\nPRECEDENCE = tuple(r for r in PRECEDENCE if r.name != {_rule!r})\n\n\ndef pick(ctx"))
 for _rule in ("explicit-v1", "platform-runs-v2", "platform-pins-v1", "explicit-v2-unavailable"):
     MUTATIONS.append((f"REMOVE runner rule {_rule}", PM, "\ndef select_runner(",
                       f"\nRUNNER_RULES = tuple(r for r in RUNNER_RULES if r.name != {_rule!r})\n\n\ndef select_runner("))
 MUTATIONS += [
-    ("reorder: matrix-restore before platform-section", DP, "\ndef pick(ctx",
+    # issue #14: caught on upstream's files
+    ("UPSTREAM platform connector override replaces instead of merging", RS,
+     '        profile={p: e for p, e in merged.items() if p[0] != "platforms"},',
+     '        profile={p: e for p, e in merged.items() if p[0] != "platforms" and not (p[0] == "connectors"'
+     ' and any(q[2:4] == p[:2] for q in merged if q[:2] == prefix))},'),
+    ("UPSTREAM platform stage override applied to the next stage_id", RS,
+     '        platform_section={p[2:]: (v, f"{o} platforms.{platform}") for p, (v, o) in merged.items() if p[:2] == prefix},',
+     '        platform_section={(p[2:] if p[2] != "stages" else ("stages", p[3] + 1, *p[4:])): (v, o) '
+     'for p, (v, o) in merged.items() if p[:2] == prefix},'),
+    ("UPSTREAM V1 platform fallback keeps the V2 geometry", PC,
+     '    if request_rule == "platform-section" and requested == "v1" and file_request in ("v2", "prefer-v2"):',
+     "    if False:"),
+    # precedence and runner
+    ("reorder: matrix-restore before platform-section", PC, "\ndef pick(ctx",
      "\nPRECEDENCE = (*PRECEDENCE[:2], PRECEDENCE[3], PRECEDENCE[2], *PRECEDENCE[4:])\n\n\ndef pick(ctx"),
-    ("top-level codec beats a platform restore", DP, "lambda c, p: p in c.platform_section,",
+    ("file geometry beats a platform restore", PC, "lambda c, p: p in c.platform_section,",
      "lambda c, p: p in c.platform_section and p not in c.profile,"),
+    ("platform connectors dropped (upstream's behaviour)", RS,
+     "for p, (v, o) in merged.items() if p[:2] == prefix},",
+     'for p, (v, o) in merged.items() if p[:2] == prefix and p[2] != "connectors"},'),
     ("explicit v2 falls back to V1 silently", PM,
      '_RunnerRule("explicit-v2-unavailable", lambda req, row: True, _raise_unavailable)',
      '_RunnerRule("explicit-v2-unavailable", lambda req, row: True, lambda req, row, o: RunnerChoice("v1", True, "x", "x"))'),
     ("cpu marked as running V2", PM, '"cpu", runs_v2=False,', '"cpu", runs_v2=True,'),
     ("env left unset for v1", PM, 'return {"VLLM_USE_V2_MODEL_RUNNER": "1" if runner == "v2" else "0"}',
      'return {"VLLM_USE_V2_MODEL_RUNNER": "1"} if runner == "v2" else {}'),
+    # switches
     ("structural switch off accepted under V2", FS, "if switch.structural and value is False:", "if False:"),
     ("V1 switch warning dropped", FS,
      "            warnings.append(v1_ignored_warning([n for n in SWITCH_NAMES if n in explicit]))", "            pass"),
@@ -71,29 +98,50 @@ MUTATIONS += [
     ("full_decode_cudagraphs does not change the cudagraph mode", FS,
      'return "FULL_AND_PIECEWISE" if options.full_decode_cudagraphs else "PIECEWISE"', 'return "FULL_AND_PIECEWISE"'),
     ("first chunk window alignment unchecked", FS, "    if profile_frames % CODEC_WINDOW_FRAMES:", "    if False:"),
-    ("TalkerOptions.from_dict accepts unknown keys", "reference/talker/options.py", "        if unknown or missing:", "        if missing:"),
-    ("V1 async warning dropped", DP, 'if ctx.choice.runner == "v1" and values[("async_scheduling",)]:', "if False:"),
-    ("warnings logged twice", DP, "        logger.warning(message)",
+    ("TalkerOptions.from_dict accepts unknown keys", "reference/talker/options.py", "        if unknown or missing:",
+     "        if missing:"),
+    # resolution and the launcher's view of stage 0
+    ("V1 async warning dropped", RS, 'if ctx.choice.runner == "v1" and stage0.get("async_scheduling"):', "if False:"),
+    ("warnings logged twice", RS, "        logger.warning(message)",
      "        logger.warning(message)\n        logger.warning(message)"),
-    ("capture sizes passed while eager", DP, "    if not eager and sizes is not None:", "    if sizes is not None:"),
-    ("default_sampling_params not validated", DP,
-     "        sampling.update(validate_sampling_params({path[1]: values[path]}, ctx.choice.runner, where=where))",
-     "        sampling[path[1]] = values[path]"),
-    ("connector topology unchecked", DP, "    _check_topology(config, profile_name)\n", ""),
-    ("overlay may clear an inherited restore", PL, "            continue  # nothing to clear",
-     "            pass\n        continue  # nothing to clear"),
-    ("unknown connector in a platform section accepted", PL,
+    ("connector references unchecked", RS, "    _check_topology(config, origins)\n", ""),
+    ("capture sizes passed while eager", LA, '        compilation.pop("cudagraph_capture_sizes", None)', "        pass"),
+    ("cudagraph_mode set in the file ignored", LA,
+     '    compilation["cudagraph_mode"] = asked if asked is not None and not eager else derived',
+     '    compilation["cudagraph_mode"] = derived'),
+    ("default_sampling_params not validated", LA,
+     "        sampling.update(validate_sampling_params({field_name: value}, runner, where=where))",
+     "        sampling[field_name] = value"),
+    ("CUDA-only attention backend not flagged", LA,
+     '        if stage.get("attention_backend") in CUDA_ONLY_ATTENTION', "        if False"),
+    ("reserved stage keys passed to the engine", LA,
+     "    kwargs = {k: independent_copy(v) for k, v in stage0.items() if k not in RESERVED_STAGE_KEYS}",
+     "    kwargs = {k: independent_copy(v) for k, v in stage0.items()}"),
+    # loader and merge
+    ("overlay may clear an inherited platform section", LD,
+     "            continue  # `cpu:` with nothing under it is just an empty section", "            pass\n        continue"),
+    ("unknown connector in a platform section accepted", LD,
      '        if path[2] == "connectors" and path[3] not in connectors:', "        if False:"),
-    ("unknown stage in a platform section accepted", PL, '        if path[2] == "stages" and path[3] not in stages:',
-     "        if False:"),
-    ("anchors stay shared", PL, "return independent_copy(yaml.safe_load(fh))", "return yaml.safe_load(fh)"),
-    ("base_config cycle unchecked", PL, "        if resolved in seen:", "        if False:"),
-    ("non-mapping connector override accepted", PS,
-     '            self.fail(path, f"must be a mapping, got {type(value).__name__} {value!r}")', "            return {}"),
-    ("stage without stage_id accepted", PS, 'if not isinstance(stage, Mapping) or "stage_id" not in stage:',
-     "if not isinstance(stage, Mapping):"),
-    ("unknown profile key accepted", PS, '                self.fail(path, "unknown key (see reference/deploy/schema.py)")',
-     "                pass"),
+    ("unknown stage in a platform section accepted (upstream skips it)", LD,
+     '        if path[2] == "stages" and path[3] not in stages:', "        if False:"),
+    ("anchors stay shared", LD, "return independent_copy(yaml.load(fh, Loader=_NoDuplicates))",
+     "return yaml.load(fh, Loader=_NoDuplicates)"),
+    ("duplicate keys accepted", LD, "            if key in seen:", "            if False:"),
+    ("base_config cycle unchecked", LD, "        if resolved in seen:", "        if False:"),
+    ("sampling defaults replaced whole by an overlay", SC, 'DEEP_MERGE_KEYS = (\n    "default_sampling_params",',
+     "DEEP_MERGE_KEYS = ("),
+    ("compilation_config merged key by key", SC, 'DEEP_MERGE_KEYS = (\n', 'DEEP_MERGE_KEYS = (\n    "compilation_config",\n'),
+    ("stage_id listed twice accepted", SC, "            if sid in seen:", "            if False:"),
+    # the JSON Schema
+    ("unknown top-level key accepted", SJ, '  "additionalProperties": false,\n  "patternProperties": {"^x-"',
+     '  "additionalProperties": true,\n  "patternProperties": {"^x-"'),
+    ("unknown platform-section key accepted", SJ,
+     '"platform": {\n      "type": ["object", "null"],\n      "additionalProperties": false,',
+     '"platform": {\n      "type": ["object", "null"],\n      "additionalProperties": true,'),
+    ("stage without stage_id accepted", SJ, '"required": ["stage_id"],', '"required": [],'),
+    ("non-mapping connector accepted", SJ, '"connector": {\n      "type": ["object", "null"],',
+     '"connector": {\n      "type": ["object", "null", "integer"],'),
+    # sampling
     ("logprobs 0 accepted", SV, '    "logprobs": (None,),', '    "logprobs": (None, 0),'),
     ("unknown sampling field passes", SV, '            raise SamplingParamsError(\n                f"{where}: unknown',
      '            if False: raise SamplingParamsError(\n                f"{where}: unknown'),
@@ -109,6 +157,8 @@ MUTATIONS += [
 
 
 def pytest_args(name: str) -> tuple[str, ...]:
+    if name.startswith("UPSTREAM"):
+        return tuple(UPSTREAM_TESTS)
     deselect = [a for t in ORDER_TESTS for a in ("--deselect", t)] if name.startswith("REMOVE") else []
     return (*deselect, *TESTS)
 
