@@ -1,6 +1,6 @@
 """Every deploy file of the installed vllm-omni wheel, resolved by our loader (the corpus).
 
-    python -m conformance.upstream_deploy [--table]
+    python -m conformance.upstream_deploy [--table | --loaders]
 
 The wheel is data here: its deploy/ folder is found without importing vllm_omni
 (conformance/deploy_cases.py). Each file is resolved for cuda and for every platform its
@@ -15,7 +15,8 @@ The wheel is data here: its deploy/ folder is found without importing vllm_omni
   switches  another ValueError of the talker rules (a V2 first chunk that is not window-aligned)
 
 Anything else escaping is a crash: conformance/test_deploy_corpus.py fails on it. `--table`
-prints the README table of the Higgs v3 files on every platform.
+prints the README table of the Higgs v3 files on every platform; `--loaders` the loader cases
+of cases/profiles/upstream.yaml, ours beside upstream's own loader (conformance/upstream_loader.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import tempfile
 import time
 from dataclasses import astuple, dataclass
 from pathlib import Path
@@ -32,7 +34,7 @@ from reference.deploy.loader import load_chain, merge_chain
 from reference.deploy.platform_matrix import PLATFORMS, RunnerUnavailable
 from reference.deploy.resolve import ResolvedDeployment, resolve_deployment
 from reference.deploy.sampling import SamplingParamsError
-from reference.deploy.schema import DeployFileError
+from reference.deploy.schema import GEOMETRY_KEYS, DeployFileError
 from reference.deploy.stream_check import check_stream
 
 HIGGS_V3 = (
@@ -152,16 +154,53 @@ def higgs_rows(folder: Path) -> list[str]:
     return rows
 
 
+def _geometry_of(result: dict, ours) -> str:
+    if "error" in result:
+        return result["error"].split(":")[0]
+    name = getattr(ours, "geometry_connector", None)
+    extra = (result["connectors"].get(name) or {}).get("extra") or {}
+    return "/".join(str(extra.get(k, "-")) for k in GEOMETRY_KEYS.values())
+
+
+def loader_rows() -> list[str]:
+    """Markdown rows: the loader cases of cases/profiles/upstream.yaml, ours beside upstream's loader."""
+    from conformance.case_files import load
+    from conformance.deploy_cases import fill
+    from conformance.upstream_loader import compare, resolve_upstream
+    from reference.deploy.loader import PROFILES_DIR
+
+    rows = ["| case | platform | ours: runner, geometry | upstream: runner, geometry | differences |", "|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as tmp, _quiet():
+        for case in load("profiles/upstream")["loader_cases"]:
+            case = fill(case, tmp)
+            path = Path(tmp) / f"{case['id']}.yaml"
+            if "overlay" in case:
+                path.write_text(case["overlay"])
+            else:
+                path = PROFILES_DIR / f"{case['profile']}.yaml" if "profile" in case else upstream_deploy_dir() / case["file"]
+            for platform, theirs in zip(case["platforms"], resolve_upstream([(str(path), p) for p in case["platforms"]])):
+                try:
+                    ours = resolve_deployment(path, platform)
+                    mine = f"{ours.runner}, {'/'.join(str(v) for v in astuple(ours.geometry))}"
+                except ValueError as exc:
+                    ours, mine = exc, type(exc).__name__
+                other = theirs["error"].split(":")[0] if "error" in theirs else f"{theirs['runner']}, {_geometry_of(theirs, ours)}"
+                diffs = "; ".join(compare(ours, theirs)) or "none"
+                rows.append(f"| {case['id']} | {platform} | {mine} | {other} | {diffs} |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", action="store_true", help="the README table of the Higgs v3 files")
+    parser.add_argument("--loaders", action="store_true", help="ours beside upstream's own loader")
     args = parser.parse_args(argv)
     folder = upstream_deploy_dir()
     if folder is None:
         print(f"vllm-omni is not installed: run `{UPSTREAM_PIP}`")
         return 2
     start = time.perf_counter()
-    lines = higgs_rows(folder) if args.table else summary(corpus(folder))
+    lines = higgs_rows(folder) if args.table else loader_rows() if args.loaders else summary(corpus(folder))
     print("\n".join(lines))
     print(f"({time.perf_counter() - start:.1f} s, {folder})")
     return 0
