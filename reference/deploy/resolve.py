@@ -238,7 +238,9 @@ def _check_topology(config: Mapping[str, Any], origins: Mapping[str, str]) -> No
     connectors = config.get("connectors", {})
     for name, conn in connectors.items():
         if "name" not in conn:
-            where = next((o for k, o in origins.items() if k.startswith(f"connectors.{name}.")), "")
+            keys = [k for k in origins if k.startswith(f"connectors.{name}.")]
+            written = [origins[k] for k in keys if not _is_geometry_key(tuple(k.split(".")))]
+            where = written[0] if written else f"connectors.{name}"
             raise DeployFileError(f"{where}: connectors.{name}: no name (the connector class)")
     for sid, stage in config["stages"].items():
         for side in ("input_connectors", "output_connectors"):

@@ -27,7 +27,7 @@ Rules, all in `resolve_switches` (pure: it returns warnings, the caller logs the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 from reference.deploy.platform_matrix import V1_OPT_OUT_PROFILE
 from reference.talker.options import HF_OVERRIDES_KEY, TalkerOptions
