@@ -104,7 +104,7 @@ MUTATIONS += [
     ("V1 async warning dropped", RS, 'if ctx.choice.runner == "v1" and stage0.get("async_scheduling"):', "if False:"),
     ("warnings logged twice", RS, "        logger.warning(message)",
      "        logger.warning(message)\n        logger.warning(message)"),
-    ("connector references unchecked", RS, "    _check_topology(config, origins)\n", ""),
+    ("connector references unchecked", RS, "    _check_topology(config, origins, name)\n", ""),
     ("capture sizes passed while eager", LA, '        compilation.pop("cudagraph_capture_sizes", None)', "        pass"),
     ("cudagraph_mode set in the file ignored", LA,
      '    compilation["cudagraph_mode"] = asked if asked is not None and not eager else derived',

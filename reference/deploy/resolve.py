@@ -168,7 +168,7 @@ def resolve_deployment(
         values.pop(key)  # no connector: the geometry is not a value of the file
 
     config = _nest(values)
-    _check_topology(config, origins)
+    _check_topology(config, origins, name)
     stage0 = config["stages"][TALKER_STAGE]
     sampling = default_sampling(stage0, origins, ctx.choice.runner)
     warnings = list(switches.warnings)
@@ -234,13 +234,13 @@ def _check_override_targets(ctx: Ctx) -> None:
             raise DeployFileError(f"override: connectors.{path[1]}: unknown connector")
 
 
-def _check_topology(config: Mapping[str, Any], origins: Mapping[str, str]) -> None:
+def _check_topology(config: Mapping[str, Any], origins: Mapping[str, str], file: str) -> None:
     connectors = config.get("connectors", {})
     for name, conn in connectors.items():
         if "name" not in conn:
             keys = [k for k in origins if k.startswith(f"connectors.{name}.")]
             written = [origins[k] for k in keys if not _is_geometry_key(tuple(k.split(".")))]
-            where = written[0] if written else f"connectors.{name}"
+            where = written[0] if written else file
             raise DeployFileError(f"{where}: connectors.{name}: no name (the connector class)")
     for sid, stage in config["stages"].items():
         for side in ("input_connectors", "output_connectors"):
