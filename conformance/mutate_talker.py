@@ -9,8 +9,9 @@ no longer applies. `--baseline` first checks that every selection passes on the 
 
 Areas and their catchers:
 - reference/talker/step.py (the generation contract, sampling noise): tests/test_talker_step.py;
-- reference/talker/runner_v1.py and reference/talker/model.py (audio feedback, chunked prefill, reference
-  rows, the fused table and the tied head): the greedy engine streams against the oracle goldens,
+- reference/talker/runner_v1.py, reference/talker/model.py, prompts.py and the cache salt of
+  code_channel.py (audio feedback, chunked prefill, reference rows and slots, the fused table, the
+  heads as the tie flags say, prefix caching): the greedy engine streams against the oracle goldens,
   conformance/test_talker_streams.py, one run each (a CPU engine boots in about 25 s, so one engine
   mutation costs about a minute);
 - reference/talker/worker.py (no silent runner fallback): tests/test_worker_runner_check.py;
@@ -73,19 +74,40 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("partial prefill chunks treated as real samples", V1,
      "real = end >= req_state.num_tokens",
      "real = True", streams("long_prompt_chunked")),
-    ("reference rows not placed at the placeholders", V1,
-     "codes[placeholder_positions(prompt, placeholder_id, len(rows))] = np.asarray(rows, dtype=np.int64)",
-     "codes[[p + 1 for p in placeholder_positions(prompt, placeholder_id, len(rows))]] = np.asarray(rows, dtype=np.int64)",
+    ("reference rows one slot late", V1,
+     "codes[slots.start : slots.stop] = np.asarray(rows, dtype=np.int64)",
+     "codes[slots.start + 1 : slots.stop + 1] = np.asarray(rows, dtype=np.int64)",
      streams("one_voice_clone")),
+    ("reference rows located by a token id again (the <|tts|> id the slots hold)", V1,
+     "        slots = reference_slots(prompt_len, ref_start, len(rows))\n"
+     "        codes[slots.start : slots.stop] = np.asarray(rows, dtype=np.int64)",
+     "        slots = [i for i, t in enumerate(req_state.prompt_token_ids) if t == req_state.prompt_token_ids[0]]\n"
+     "        codes[slots] = np.asarray(rows, dtype=np.int64)",
+     streams("one_voice_clone")),
+    # -- reference/talker/prompts.py and reference/talker/code_channel.py --------------------------
+    ("reference codes enter the prompt without the delay pattern", "reference/talker/prompts.py",
+     "for row in apply_delay(ref_codes).tolist())",
+     "for row in ref_codes.T.tolist())",
+     ("tests/test_speech_prompts.py", *streams("one_voice_clone_from_audio")[1:])),
+    ("one cache salt for every request (voice clones share KV blocks)", CC,
+     "    return uuid.uuid4().hex",
+     "    return \"shared\"",
+     streams("voice_clones_with_equal_token_ids")),
     # -- reference/talker/model.py ---------------------------------------------------------------
     ("fused codebook offsets wrong", TM,
      "torch.arange(NUM_CODEBOOKS, dtype=torch.long) * CODEBOOK_VOCAB",
      "torch.arange(NUM_CODEBOOKS, dtype=torch.long) * (CODEBOOK_VOCAB - 1)", streams("one_zero_shot")),
-    ("audio head not tied (the table read codebook-interleaved)", TM,
-     "table = self.audio_embedding.weight[: NUM_CODEBOOKS * CODEBOOK_VOCAB]",
-     "table = self.audio_embedding.weight[: NUM_CODEBOOKS * CODEBOOK_VOCAB]"
+    ("audio head read codebook-interleaved", TM,
+     "table = self.audio_head.weight[: NUM_CODEBOOKS * CODEBOOK_VOCAB]",
+     "table = self.audio_head.weight[: NUM_CODEBOOKS * CODEBOOK_VOCAB]"
      ".view(CODEBOOK_VOCAB, NUM_CODEBOOKS, -1).transpose(0, 1).reshape(NUM_CODEBOOKS * CODEBOOK_VOCAB, -1)",
      streams("one_zero_shot")),
+    ("audio head always tied (a separate head in the checkpoint ignored)", TM,
+     "        if self.ties.audio_head:\n            self.audio_head = self.audio_embedding",
+     "        if True:\n            self.audio_head = self.audio_embedding", streams("audio_head_untied")),
+    ("text head always separate (a tied checkpoint fails to load)", TM,
+     "        if self.ties.text_head:\n            self.text_head = self.body.embed_tokens",
+     "        if False:\n            self.text_head = self.body.embed_tokens", streams("text_head_tied")),
     ("audio feedback disabled (is_audio always False)", TM,
      "is_audio = codes[:, :1] >= 0",
      "is_audio = codes[:, :1] < -1", streams("one_zero_shot")),

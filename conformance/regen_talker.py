@@ -24,17 +24,14 @@ from conformance.oracles.talker_torch import OracleTalker
 from reference.speech import SpeechAPI
 
 
-def build_goldens() -> dict:
-    doc = talker_cases.load_prompts()
-    spec = doc["checkpoint"]
-    checkpoint = cached_checkpoint(spec["size"], spec["seed"])
+def oracle_streams(checkpoint: Path, prompts: list[dict], max_tokens: int) -> dict:
+    """The oracle's greedy stream of every prompt on one checkpoint."""
     oracle = OracleTalker(checkpoint)
     prompter = SpeechAPI(engine=None, checkpoint=checkpoint, runner="v1")
     streams = {}
-    for prompt in doc["prompts"]:
-        request = talker_cases.speech_request(prompt, doc["max_tokens"])
-        talker_prompt = prompter.prompt(request)
-        result = oracle.generate(talker_prompt, max_steps=doc["max_tokens"])
+    for prompt in prompts:
+        talker_prompt = prompter.prompt(talker_cases.speech_request(prompt, max_tokens))
+        result = oracle.generate(talker_prompt, max_steps=max_tokens)
         streams[prompt["id"]] = {
             "prompt_len": len(talker_prompt.token_ids),
             "rows": result.rows,
@@ -42,6 +39,19 @@ def build_goldens() -> dict:
             "finished": result.finished,
             "min_margin": round(result.min_margin, 4),
         }
+    return streams
+
+
+def build_goldens() -> dict:
+    doc = talker_cases.load_prompts()
+    spec = doc["checkpoint"]
+    checkpoint = cached_checkpoint(spec["size"], spec["seed"])
+    by_id = {p["id"]: p for p in doc["prompts"]}
+    flavours = {
+        flavour: oracle_streams(cached_checkpoint(spec["size"], spec["seed"], flavour), [by_id[i] for i in ids],
+                                doc["max_tokens"])
+        for flavour, ids in talker_cases.flavoured_prompts().items()
+    }
     return {
         "tolerance": "exact: every row of 8 codes and every LM token equal",
         "provenance": {
@@ -52,7 +62,8 @@ def build_goldens() -> dict:
                          "transformers": transformers.__version__},
             "command": "tox -e regen",
         },
-        "streams": streams,
+        "streams": oracle_streams(checkpoint, doc["prompts"], doc["max_tokens"]),
+        "flavours": flavours,
     }
 
 
@@ -61,8 +72,10 @@ def main(out_path: str | Path = talker_cases.GOLDEN_PATH) -> None:
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(goldens, indent=1, sort_keys=True) + "\n")
-    for pid, s in goldens["streams"].items():
-        print(f"{pid}: {len(s['rows'])} rows, finished={s['finished']}, min margin {s['min_margin']}")
+    named = [("", goldens["streams"])] + [(f"{f}/", streams) for f, streams in goldens["flavours"].items()]
+    for prefix, streams in named:
+        for pid, s in streams.items():
+            print(f"{prefix}{pid}: {len(s['rows'])} rows, finished={s['finished']}, min margin {s['min_margin']}")
 
 
 if __name__ == "__main__":

@@ -41,11 +41,22 @@ def reference_codes(ref: dict[str, Any]) -> list[list[int]]:
     return rng.integers(0, 1024, size=(8, int(ref["frames"]))).tolist()
 
 
+REF_AUDIO_RATE = 24000
+
+
+def reference_audio(spec: dict[str, Any]) -> np.ndarray:
+    """Reference audio [seconds * 24000] float32 from a seed (noise at a tenth of full scale)."""
+    rng = np.random.default_rng(int(spec["seed"]))
+    return (0.1 * rng.standard_normal(round(float(spec["seconds"]) * REF_AUDIO_RATE))).astype(np.float32)
+
+
 def speech_request(prompt: dict[str, Any], max_tokens: int, sampling: dict | None = None) -> SpeechRequest:
-    ref = prompt.get("ref")
+    ref, audio = prompt.get("ref"), prompt.get("ref_audio")
     return SpeechRequest(
         text=prompt["text"],
         ref_codes=reference_codes(ref) if ref else None,
+        ref_audio=reference_audio(audio) if audio else None,
+        ref_sample_rate=REF_AUDIO_RATE,
         ref_text=prompt.get("ref_text"),
         sampling={"temperature": 0.0, "max_tokens": max_tokens, **(sampling or {})},
     )
@@ -55,3 +66,22 @@ def load_goldens() -> dict[str, Any]:
     if not GOLDEN_PATH.exists():
         raise FileNotFoundError(f"{GOLDEN_PATH} is missing: regenerate it with `tox -e regen`")
     return json.loads(GOLDEN_PATH.read_text())
+
+
+def flavoured_prompts() -> dict[str, list[str]]:
+    """Checkpoint flavour -> the prompts that engine runs ask of it (the greedy flavour excluded:
+    its goldens cover every prompt)."""
+    wanted: dict[str, set[str]] = {}
+    for run in load_engine_runs()["runs"]:
+        if run.get("flavour", "greedy") != "greedy":
+            wanted.setdefault(run["flavour"], set()).update(p for batch in run["batches"] for p in batch)
+    return {flavour: sorted(ids) for flavour, ids in sorted(wanted.items())}
+
+
+def golden_stream(goldens: dict[str, Any], prompt_id: str, flavour: str = "greedy") -> dict[str, Any]:
+    if flavour == "greedy":
+        return goldens["streams"][prompt_id]
+    try:
+        return goldens["flavours"][flavour][prompt_id]
+    except KeyError:
+        raise KeyError(f"no golden for {prompt_id} on the {flavour} checkpoint: regenerate with `tox -e regen`") from None

@@ -8,14 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
-from safetensors import safe_open
-from transformers import AutoTokenizer
 
+from conformance import check_checkpoint
 from conformance.environment import REAL_CHECKPOINT_ENV
 from reference.codec.model import load_codec
 from reference.talker.config import ARCHITECTURE, MODEL_TYPE
-from reference.talker.special_tokens import special_ids
-from reference.talker.model import weight_target
+from reference.talker.special_tokens import load_tokenizer, special_ids
 
 pytestmark = [pytest.mark.real_weights, pytest.mark.slow]
 
@@ -35,18 +33,14 @@ def test_config_declares_the_higgs_v3_talker(checkpoint):
 
 
 def test_tokenizer_has_the_tts_special_tokens(checkpoint):
-    ids = special_ids(AutoTokenizer.from_pretrained(str(checkpoint)))
+    ids = special_ids(load_tokenizer(checkpoint))
     assert ids.eos == 151643
     assert ids.audio_end == 151671
 
 
-def test_every_tensor_name_is_known(checkpoint):
-    names = []
-    for f in sorted(checkpoint.glob("*.safetensors")):
-        with safe_open(str(f), framework="pt") as handle:
-            names += list(handle.keys())
-    targets = {weight_target(n) for n in names} - {None}  # raises on an unknown name
-    assert {"body.embed_tokens.weight", "text_head.weight", "audio_embedding.weight"} <= targets
+def test_every_assumption_of_check_checkpoint_holds(checkpoint):
+    findings = check_checkpoint.check(checkpoint)
+    assert all(f.ok for f in findings), "\n".join(str(f) for f in findings if not f.ok)
 
 
 def test_bundled_codec_loads_and_decodes(checkpoint):

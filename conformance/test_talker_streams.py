@@ -16,6 +16,7 @@ import pytest
 
 from conformance import talker_cases
 from conformance.engines import preemptions, runner_params
+from higgs_dummy.cache import cached_checkpoint
 
 pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine]
 
@@ -59,8 +60,9 @@ def check_same_as_other_variants(streams_dir, run_id: str, variant: str, streams
 @pytest.mark.parametrize("run", RUNS["runs"], ids=lambda r: r["id"])
 @pytest.mark.parametrize("variant", runner_params(VARIANTS))
 def test_greedy_streams_equal_oracle_goldens(run, variant, pool, streams_dir):
-    engine = RUNS["engines"][run["engine"]]
-    api = pool.get(variant.split("-")[0], {**engine["args"], **VARIANTS[variant]})
+    engine, flavour = RUNS["engines"][run["engine"]], run.get("flavour", "greedy")
+    checkpoint = cached_checkpoint(PROMPTS["checkpoint"]["size"], PROMPTS["checkpoint"]["seed"], flavour)
+    api = pool.get(variant.split("-")[0], {**engine["args"], **VARIANTS[variant]}, checkpoint=checkpoint)
     before = preemptions(api)
     batches = [
         (batch, api.generate([talker_cases.speech_request(PROMPT_BY_ID[p], PROMPTS["max_tokens"]) for p in batch]))
@@ -69,7 +71,7 @@ def test_greedy_streams_equal_oracle_goldens(run, variant, pool, streams_dir):
     check_same_as_other_variants(streams_dir, run["id"], variant, [r.rows for _, results in batches for r in results])
     for batch, results in batches:
         for pid, result in zip(batch, results):
-            golden = GOLDENS["streams"][pid]
+            golden = talker_cases.golden_stream(GOLDENS, pid, flavour)
             assert len(result.rows) == len(golden["rows"]), f"{pid}: row count"
             for i, (got, want) in enumerate(zip(result.rows, golden["rows"])):
                 assert got == want, f"{pid}: first difference at audio row {i}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -44,7 +45,29 @@ DTYPES = {"tiny": torch.float32, "4b": torch.bfloat16}
 # short English prompts (tiny, seed 0). "sampling": logits of order 10, so that temperatures vLLM
 # accepts (<= 2) really sample. "no_eoc": EOC never wins, every request runs to max_tokens
 # (fixed-length benchmarks).
-FLAVOURS = {"greedy": (3200.0, 1.8), "sampling": (8.0, 1.8), "no_eoc": (3200.0, 0.0)}
+# The tie flavours switch one of the config's tie flags against the greedy flavour: the text head
+# tied to the text embedding (no `tied.head.text_head.weight`), or an audio head of its own
+# (`tied.head.modality_heads.0.weight` drawn apart from the fused codebook table).
+
+
+@dataclass(frozen=True)
+class Flavour:
+    norm_scale: float
+    eoc_gain: float
+    text_head_tied: bool = False
+    audio_head_tied: bool = True
+
+
+FLAVOURS = {
+    "greedy": Flavour(3200.0, 1.8),
+    "sampling": Flavour(8.0, 1.8),
+    "no_eoc": Flavour(3200.0, 0.0),
+    "tied_text_head": Flavour(3200.0, 1.8, text_head_tied=True),
+    "untied_audio_head": Flavour(3200.0, 1.8, audio_head_tied=False),
+}
+# config.json's transformers_version: present in every checkpoint transformers writes; without it
+# transformers 5 takes a local tokenizer for an old Mistral one and warns ("fix_mistral_regex").
+TRANSFORMERS_VERSION = "5.19.0"
 # Gain of the blocks' output projections: a residual stream dominated by the blocks keeps the
 # tied audio head from simply repeating the codes it was fed.
 BLOCK_OUT_GAIN = 20.0
@@ -85,37 +108,45 @@ def talker_state_dict(size: str, seed: int, flavour: str = "greedy",
         for norm, width in (("self_attn.q_norm", hd), ("self_attn.k_norm", hd),
                             ("input_layernorm", d), ("post_attention_layernorm", d)):
             sd[p + norm + ".weight"] = torch.ones(width, dtype=dtype)
-    norm_scale, eoc_gain = FLAVOURS[flavour]
-    sd["body.norm.weight"] = torch.full((d,), norm_scale, dtype=dtype)
-    linear("tied.head.text_head.weight", c["vocab_size"], d)
-    audio = _normal(seed, "audio_embedding", (NUM_CODEBOOKS * CODEBOOK_VOCAB, d), d**-0.5)
-    audio[EOC] *= eoc_gain  # codebook 0's EOC row
-    audio = audio.to(dtype)
+    f = FLAVOURS[flavour]
+    sd["body.norm.weight"] = torch.full((d,), f.norm_scale, dtype=dtype)
+    if not f.text_head_tied:
+        linear("tied.head.text_head.weight", c["vocab_size"], d)
+
+    def audio_table(name: str) -> torch.Tensor:
+        table = _normal(seed, name, (NUM_CODEBOOKS * CODEBOOK_VOCAB, d), d**-0.5)
+        table[EOC] *= f.eoc_gain  # codebook 0's EOC row
+        return table.to(dtype)
+
+    audio = audio_table("audio_embedding")
     sd["tied.embedding.modality_embeddings.0.embedding.weight"] = audio
-    # The real checkpoint also stores the tied audio head; the loader skips it.
-    sd["tied.head.modality_heads.0.weight"] = audio.clone()
+    # A tied checkpoint stores the audio head too, equal to the table (the loader ignores it).
+    sd["tied.head.modality_heads.0.weight"] = audio.clone() if f.audio_head_tied else audio_table("audio_head")
     return sd
 
 
-def checkpoint_config(size: str) -> dict:
+def checkpoint_config(size: str, flavour: str = "greedy") -> dict:
     from higgs_dummy.codec_weights import codec_config
+    from higgs_dummy.encoder_weights import with_encoder_config
 
+    f = FLAVOURS[flavour]
     text = dict(TEXT_CONFIGS[size], model_type="qwen3", rms_norm_eps=1e-6, rope_theta=1_000_000.0,
-                hidden_act="silu", attention_bias=False, tie_word_embeddings=False,
+                hidden_act="silu", attention_bias=False, tie_word_embeddings=f.text_head_tied,
                 torch_dtype=str(DTYPES[size]).removeprefix("torch."))
     return {
         "model_type": MODEL_TYPE,
         "architectures": [ARCHITECTURE],
         "text_config": text,
         "audio_encoder_config": {"encoder_type": "discrete", "num_codebooks": NUM_CODEBOOKS,
-                                 "vocab_size": CODEBOOK_VOCAB, "tie_word_embeddings": True},
-        "audio_tokenizer_config": codec_config(size),
+                                 "vocab_size": CODEBOOK_VOCAB, "tie_word_embeddings": f.audio_head_tied},
+        "audio_tokenizer_config": with_encoder_config(codec_config(size), size),
         "audio_stream_bos_id": BOC,
         "audio_stream_eos_id": EOC,
         "sample_rate": 24000,
         "frame_rate": 25,
         "torch_dtype": text["torch_dtype"],
         "tie_word_embeddings": False,
+        "transformers_version": TRANSFORMERS_VERSION,
     }
 
 
@@ -145,6 +176,7 @@ def _save_shards(tensors: dict[str, torch.Tensor], out_dir: Path) -> None:
 def write_checkpoint(out_dir: str | Path, size: str = "tiny", seed: int = 0, flavour: str = "greedy") -> Path:
     """Writes config.json, the tokenizer and the safetensors into `out_dir` and returns it."""
     from higgs_dummy.codec_weights import codec_state_dict
+    from higgs_dummy.encoder_weights import encoder_state_dict
 
     if size not in TEXT_CONFIGS:
         raise ValueError(f"unknown checkpoint size {size!r}: choose one of {sorted(TEXT_CONFIGS)}")
@@ -152,11 +184,12 @@ def write_checkpoint(out_dir: str | Path, size: str = "tiny", seed: int = 0, fla
         raise ValueError(f"unknown checkpoint flavour {flavour!r}: choose one of {sorted(FLAVOURS)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config = checkpoint_config(size)
+    config = checkpoint_config(size, flavour)
     (out / "config.json").write_text(json.dumps(config, sort_keys=True, indent=1))
     write_tokenizer(out, size, model_max_length=TEXT_CONFIGS[size]["max_position_embeddings"])
     tensors = talker_state_dict(size, seed, flavour, DTYPES[size])
     codec = codec_state_dict(config["audio_tokenizer_config"], seed)
+    codec.update(encoder_state_dict(size, seed))  # the bundled audio tokenizer's encoder side
     # The codec stays float32: it is small and its goldens are float32.
     tensors.update({CODEC_PREFIX + k: v.float().contiguous() for k, v in codec.items()})
     _save_shards(tensors, out)

@@ -1,5 +1,8 @@
 """A byte-level tokenizer in the Hugging Face format with the Higgs v3 special tokens at fixed ids.
 
+The specials are exactly upstream's: <|tts|>, <|text|>, <|audio|>, <|ref_text|>, <|ref_audio|>,
+plus <|endoftext|> (eos) and <|audio_end|>.
+
 Text is tokenized byte by byte (ids 0..255); ids between the bytes and the special tokens are
 reserved fillers, so every special token sits at the id the size table asks for.
 """
@@ -22,8 +25,7 @@ SPECIAL_IDS = {
         259: st.AUDIO,
         260: st.REF_TEXT,
         261: st.REF_AUDIO,
-        262: st.AUDIO_PLACEHOLDER,
-        263: st.AUDIO_END,
+        262: st.AUDIO_END,
     },
     "4b": {
         151643: st.END_OF_TEXT,
@@ -33,7 +35,6 @@ SPECIAL_IDS = {
         151674: st.AUDIO,
         151675: st.REF_TEXT,
         151676: st.REF_AUDIO,
-        151677: st.AUDIO_PLACEHOLDER,
     },
 }
 NUM_BYTES = 256

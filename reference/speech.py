@@ -1,5 +1,6 @@
-"""The speech API over a talker engine: text (and optional reference audio codes) in, codes and
-PCM out; offline with `LLM`, streaming with `AsyncLLM`, where closing the stream aborts it."""
+"""The speech API over a talker engine: text (and an optional reference voice, as audio or as
+codec codes) in, codes and PCM out; offline with `LLM`, streaming with `AsyncLLM`, where closing
+the stream aborts it."""
 
 from __future__ import annotations
 
@@ -7,26 +8,33 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
-from transformers import AutoTokenizer
 from vllm.inputs import TokensPrompt
 
-from reference.talker import code_channel, prompts
-from reference.codec.model import Codec
-from reference.codec.delay_pattern import real_frames, revert_delay, rows_to_frames
-from reference.deploy.sampling import validate_sampling_params
-from reference.talker.special_tokens import special_ids
-from reference.codec.geometry import StreamGeometry
-from reference.codec.streaming import StreamingDecoder
 from reference.codebooks import NUM_CODEBOOKS
+from reference.codec.delay_pattern import real_frames, revert_delay, rows_to_frames
+from reference.codec.encoder import load_encoder
+from reference.codec.geometry import StreamGeometry
+from reference.codec.model import Codec
+from reference.codec.streaming import StreamingDecoder
+from reference.codec.wav_io import read_wav
+from reference.deploy.sampling import validate_sampling_params
+from reference.talker import code_channel, prompts
+from reference.talker.special_tokens import load_tokenizer, special_ids
 
 
 @dataclass(frozen=True)
 class SpeechRequest:
+    """Text to speak, with an optional reference voice: its audio (a WAV path, or mono float
+    samples at `ref_sample_rate`) or its codec codes, and optionally its transcript."""
+
     text: str
     ref_codes: Sequence[Sequence[int]] | None = None  # [8, T] codec codes of the reference audio
     ref_text: str | None = None
     sampling: dict = field(default_factory=dict)  # temperature, top_p, top_k, seed, max_tokens
+    ref_audio: str | Path | np.ndarray | torch.Tensor | None = None
+    ref_sample_rate: int = 24000  # of ref_audio when it is an array
 
 
 @dataclass
@@ -48,22 +56,42 @@ class SpeechAPI:
         self.engine = engine
         self.runner = runner
         self.checkpoint = Path(checkpoint)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+        self.tokenizer = load_tokenizer(checkpoint)
         self.ids = special_ids(self.tokenizer)
         self.default_max_tokens = default_max_tokens
+        self._encoder = None  # the bundled audio tokenizer's encoder, for ref_audio
+
+    def reference_codes(self, request: SpeechRequest) -> torch.Tensor | None:
+        """The reference's codec codes [8, T]: given, or encoded from its audio by the checkpoint's
+        bundled audio tokenizer (loaded on first use, on the CPU)."""
+        if request.ref_audio is not None and request.ref_codes is not None:
+            raise ValueError("SpeechRequest: give ref_audio or ref_codes, not both")
+        if request.ref_codes is not None:
+            return torch.as_tensor(request.ref_codes)
+        if request.ref_audio is None:
+            return None
+        if self._encoder is None:
+            self._encoder = load_encoder(self.checkpoint)
+        if isinstance(request.ref_audio, (str, Path)):
+            wav, rate = read_wav(request.ref_audio)
+        else:
+            wav, rate = request.ref_audio, request.ref_sample_rate
+        return self._encoder.encode(wav, rate)
 
     def prompt(self, request: SpeechRequest) -> prompts.TalkerPrompt:
-        if request.ref_codes is None:
+        codes = self.reference_codes(request)
+        if codes is None:
+            if request.ref_text is not None:
+                raise ValueError("SpeechRequest: ref_text without a reference (ref_audio or ref_codes)")
             return prompts.zero_shot(self.tokenizer, self.ids, request.text)
-        return prompts.voice_clone(
-            self.tokenizer, self.ids, request.text, torch.as_tensor(request.ref_codes), request.ref_text
-        )
+        return prompts.voice_clone(self.tokenizer, self.ids, request.text, codes, request.ref_text)
 
     def _inputs(self, request: SpeechRequest, stream: bool):
         prompt = self.prompt(request)
         sampling = {"max_tokens": self.default_max_tokens, **validate_sampling_params(request.sampling, self.runner)}
         params = code_channel.talker_sampling_params(
-            stop_token_ids=self.ids.stop_ids, ref_rows=prompt.ref_rows, stream=stream, **sampling
+            stop_token_ids=self.ids.stop_ids, ref_rows=prompt.ref_rows, ref_start=prompt.ref_start,
+            stream=stream, **sampling
         )
         tokens = TokensPrompt(prompt_token_ids=list(prompt.token_ids), cache_salt=code_channel.unique_cache_salt())
         return tokens, params

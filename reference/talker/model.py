@@ -1,8 +1,9 @@
 """The Higgs Audio v3 talker as a vLLM model: vLLM's own Qwen3 layers plus the audio side.
 
 Audio side: one fused codebook table [8 * 1026, D]; a row of 8 codes embeds as the sum of its
-codes' rows (code c of codebook q is row q * 1026 + c), and the audio head is the same table
-(tied): hidden -> [8, 1026] logits.
+codes' rows (code c of codebook q is row q * 1026 + c). The audio head (hidden -> [8, 1026]
+logits) is the same table or a table of its own, and the text head the text embedding or a
+head of its own, as the config's tie flags say (reference/talker/weights.py).
 
 The forward reads `token_codes`, a persistent buffer with one codebook row per input token
 (-1 where the token is plain text). The runner side fills it before every forward: the V1 runner
@@ -20,15 +21,15 @@ from collections.abc import Iterable
 
 import torch
 from torch import nn
-from transformers import AutoTokenizer
 from vllm.config import VllmConfig
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.qwen3 import Qwen3Model
 from vllm.model_executor.models.utils import maybe_prefix
 
-from reference.codebooks import AUDIO_EMBEDDING, AUDIO_HEAD_PREFIX, CODEBOOK_VOCAB, CODEC_PREFIX, NUM_CODEBOOKS
-from reference.talker.special_tokens import special_ids
+from reference.codebooks import CODEBOOK_VOCAB, NUM_CODEBOOKS
+from reference.talker.special_tokens import load_tokenizer, special_ids
+from reference.talker.weights import TieFlags, check_complete, weight_target
 
 
 
@@ -38,23 +39,35 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
         config = vllm_config.model_config.hf_config
         text = config.get_text_config()
         self.config = config
+        self.ties = TieFlags.from_config(config)
         self.body = Qwen3Model(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "body"))
-        self.text_head = ParallelLMHead(text.vocab_size, text.hidden_size, prefix=maybe_prefix(prefix, "text_head"))
+        if self.ties.text_head:
+            self.text_head = self.body.embed_tokens
+        else:
+            self.text_head = ParallelLMHead(text.vocab_size, text.hidden_size, prefix=maybe_prefix(prefix, "text_head"))
         self.audio_embedding = VocabParallelEmbedding(
             NUM_CODEBOOKS * CODEBOOK_VOCAB, text.hidden_size, prefix=maybe_prefix(prefix, "audio_embedding")
         )
-        tokenizer = AutoTokenizer.from_pretrained(vllm_config.model_config.tokenizer)
+        if self.ties.audio_head:
+            self.audio_head = self.audio_embedding
+        else:
+            self.audio_head = ParallelLMHead(
+                NUM_CODEBOOKS * CODEBOOK_VOCAB, text.hidden_size, prefix=maybe_prefix(prefix, "audio_head")
+            )
+        tokenizer = load_tokenizer(vllm_config.model_config.tokenizer)
         self.special = special_ids(tokenizer)
         self.vocab_size = text.vocab_size
         max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
-        self.register_buffer("token_codes", torch.full((max_tokens, NUM_CODEBOOKS), -1, dtype=torch.long), persistent=False)
+        codes = torch.full((max_tokens, NUM_CODEBOOKS), -1, dtype=torch.long)
+        self.register_buffer("token_codes", codes, persistent=False)
         # The body's input lives at a fixed address: piecewise CUDA graphs replay reading the
         # addresses they were captured with, so a freshly allocated embedding would be missed.
         self.register_buffer(
             "inputs_embeds", torch.zeros(max_tokens, text.hidden_size, dtype=vllm_config.model_config.dtype),
             persistent=False,
         )
-        self.register_buffer("codebook_offsets", torch.arange(NUM_CODEBOOKS, dtype=torch.long) * CODEBOOK_VOCAB, persistent=False)
+        offsets = torch.arange(NUM_CODEBOOKS, dtype=torch.long) * CODEBOOK_VOCAB
+        self.register_buffer("codebook_offsets", offsets, persistent=False)
         self.register_buffer(
             "lm_ids", torch.tensor([self.special.audio, self.special.eos], dtype=torch.long), persistent=False
         )
@@ -94,7 +107,7 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
         return self.body(None, positions, intermediate_tensors, inputs_embeds)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        table = self.audio_embedding.weight[: NUM_CODEBOOKS * CODEBOOK_VOCAB]
+        table = self.audio_head.weight[: NUM_CODEBOOKS * CODEBOOK_VOCAB]
         self.last_audio_logits = (hidden_states.float() @ table.float().t()).view(-1, NUM_CODEBOOKS, CODEBOOK_VOCAB)
         allowed = hidden_states @ self.text_head.weight[self.lm_ids].t()  # [T, 2]
         logits = torch.full(
@@ -104,11 +117,13 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
 
     # -- weights -----------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        """Loads the real checkpoint's names: `tied.*` for the embeddings and heads, `body.*`."""
+        """Loads the real checkpoint's names (reference/talker/weights.py), heads tied as the config
+        says; a tensor the talker needs that the checkpoint lacks fails here, by name."""
         body_weights: list[tuple[str, torch.Tensor]] = []
-        loaded: set[str] = set()
+        loaded, seen = set(), set()
         for name, tensor in weights:
-            target = weight_target(name)
+            seen.add(name)
+            target = weight_target(name, self.ties)
             if target is None:
                 continue
             if target.startswith("body."):
@@ -117,24 +132,6 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
                 param = self.get_parameter(target)
                 getattr(param, "weight_loader", default_weight_loader)(param, tensor)
                 loaded.add(target)
+        check_complete(seen, self.ties, self.config.get_text_config().num_hidden_layers)
         loaded |= {f"body.{n}" for n in self.body.load_weights(body_weights)}
         return loaded
-
-
-WEIGHT_NAMES = {
-    "tied.embedding.text_embedding.weight": "body.embed_tokens.weight",
-    "tied.head.text_head.weight": "text_head.weight",
-    AUDIO_EMBEDDING: "audio_embedding.weight",
-}
-
-
-def weight_target(name: str) -> str | None:
-    """The talker parameter a checkpoint tensor loads into (None: not the talker's: the bundled
-    codec, and the audio head, which is tied to the fused embedding)."""
-    if name.startswith((CODEC_PREFIX, AUDIO_HEAD_PREFIX)):
-        return None
-    if name in WEIGHT_NAMES:
-        return WEIGHT_NAMES[name]
-    if name.startswith("body."):
-        return name
-    raise ValueError(f"unexpected weight {name!r} in a Higgs v3 checkpoint")

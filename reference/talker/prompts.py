@@ -1,36 +1,34 @@
-"""Talker prompts: zero-shot `<|tts|> <|text|> text <|audio|>` and voice clone.
+"""Talker prompts in upstream's layout.
 
-Voice clone: `<|tts|> [<|ref_text|> ref text] <|ref_audio|> <|audio_placeholder|> x N <|text|> text
-<|audio|>`, where N is the number of delay-pattern rows of the reference codes; the talker embeds
-each placeholder as the fused codebook embedding of its row.
+Zero-shot:   `<|tts|> <|text|> text <|audio|>`
+Voice clone: `<|tts|> [<|ref_text|> ref text] <|ref_audio|> slot x N <|text|> text <|audio|>`
+
+N is the number of delay-pattern rows of the reference codes ([8, T] codes give T + 7 rows). The
+talker embeds slot i as the fused codebook embedding of row i. The slots' token ids carry nothing
+(they hold the `<|tts|>` id, as upstream's do): where the slots are is known from the prompt's
+structure and travels with the request (`ref_start`), never looked up by token id.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reference.codec.delay_pattern import apply_delay
 from reference.talker.special_tokens import SpecialIds
 
 
 @dataclass(frozen=True)
 class TalkerPrompt:
     token_ids: tuple[int, ...]
-    # Delay-pattern rows of the reference codes, one per placeholder, in prompt order. [N, 8]
+    # Delay-pattern rows of the reference codes, one per slot, in prompt order. [N, 8]
     ref_rows: tuple[tuple[int, ...], ...] = ()
+    ref_start: int | None = None  # the position of the first slot (None: zero-shot)
 
-    def codes_by_position(self, placeholder_id: int | None) -> dict[int, tuple[int, ...]]:
-        """Prompt position -> the codebook row embedded there (placeholders only)."""
+    def codes_by_position(self) -> dict[int, tuple[int, ...]]:
+        """Prompt position -> the codebook row embedded there (the slots only)."""
         if not self.ref_rows:
             return {}
-        return dict(zip(placeholder_positions(self.token_ids, placeholder_id, len(self.ref_rows)), self.ref_rows))
-
-
-def placeholder_positions(token_ids, placeholder_id: int | None, num_rows: int) -> list[int]:
-    """Positions of the audio placeholders of a prompt, one per reference row (checked)."""
-    positions = [i for i, t in enumerate(token_ids) if t == placeholder_id]
-    if len(positions) != num_rows:
-        raise ValueError(f"prompt has {len(positions)} audio placeholders but {num_rows} reference rows")
-    return positions
+        return {self.ref_start + i: row for i, row in enumerate(self.ref_rows)}
 
 
 def _text_ids(tokenizer, text: str, what: str) -> list[int]:
@@ -45,16 +43,28 @@ def zero_shot(tokenizer, ids: SpecialIds, text: str) -> TalkerPrompt:
 
 def voice_clone(tokenizer, ids: SpecialIds, text: str, ref_codes, ref_text: str | None = None) -> TalkerPrompt:
     """`ref_codes` are the reference audio's codec codes [8, T] (no delay pattern yet)."""
-    from reference.codec.delay_pattern import apply_delay
-
-    if ids.ref_audio is None or ids.audio_placeholder is None:
-        raise ValueError("tokenizer lacks <|ref_audio|> or <|audio_placeholder|>: voice clone needs both")
-    rows = [tuple(int(c) for c in row) for row in apply_delay(ref_codes).tolist()]
+    if ids.ref_audio is None:
+        raise ValueError("tokenizer lacks <|ref_audio|>: voice clone needs a Higgs v3 tokenizer")
+    rows = tuple(tuple(int(c) for c in row) for row in apply_delay(ref_codes).tolist())
     head = [ids.tts]
-    if ref_text:
+    if ref_text is not None:
         if ids.ref_text is None:
             raise ValueError("tokenizer lacks <|ref_text|>: drop ref_text or use a Higgs v3 tokenizer")
         head += [ids.ref_text, *_text_ids(tokenizer, ref_text, "ref_text")]
-    head += [ids.ref_audio, *([ids.audio_placeholder] * len(rows))]
+    head.append(ids.ref_audio)
+    start = len(head)
+    head += [ids.tts] * len(rows)
     tail = [ids.text, *_text_ids(tokenizer, text, "text"), ids.audio]
-    return TalkerPrompt(tuple(head + tail), tuple(rows))
+    return TalkerPrompt(tuple(head + tail), rows, start)
+
+
+def reference_slots(prompt_len: int, ref_start: int | None, num_rows: int) -> range:
+    """The positions the reference rows go to, checked against the prompt they arrived with."""
+    if not num_rows:
+        return range(0)
+    if ref_start is None or ref_start < 1 or ref_start + num_rows > prompt_len:
+        raise ValueError(
+            f"reference rows at {ref_start}..{(ref_start or 0) + num_rows - 1} do not fit a prompt of "
+            f"{prompt_len} tokens: build voice-clone requests with reference.talker.prompts.voice_clone"
+        )
+    return range(ref_start, ref_start + num_rows)

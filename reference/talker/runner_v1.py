@@ -3,8 +3,8 @@
 V1 has no model hook for state or sampling, so the least invasive supported route is the
 `worker_cls` engine argument. The worker builds vLLM's own runner, then gives it the talker
 mixin below, which
-- keeps each request's codebook rows by position on the host (prompt placeholders and generated
-  rows), so a re-prefill after preemption rebuilds the audio feedback exactly;
+- keeps each request's codebook rows by position on the host (the prompt's reference slots and
+  generated rows), so a re-prefill after preemption rebuilds the audio feedback exactly;
 - fills the model's `token_codes` buffer right before each forward (`_preprocess`);
 - replaces the sampler with `TalkerV1Sampler`, which runs reference/talker/step.py and sends the
   8 codes of every step back in-band as flat logprobs (see reference/talker/code_channel.py).
@@ -22,7 +22,7 @@ from vllm.v1.sample.sampler import Sampler
 
 from reference import compat
 from reference.talker import code_channel
-from reference.talker.prompts import placeholder_positions
+from reference.talker.prompts import reference_slots
 from reference.codebooks import NUM_CODEBOOKS
 from reference.talker.step import talker_step
 
@@ -34,14 +34,15 @@ class HostTalkerRequest:
     codes: np.ndarray  # [prompt_len + max_tokens + 1, 8] row per position, -1 for text tokens
 
 
-def _new_host_request(req_state, placeholder_id: int | None, rng: np.random.Generator) -> HostTalkerRequest:
-    prompt = list(req_state.prompt_token_ids)
+def _new_host_request(req_state, rng: np.random.Generator) -> HostTalkerRequest:
+    prompt_len = len(req_state.prompt_token_ids)
     params = req_state.sampling_params
-    codes = np.full((len(prompt) + (params.max_tokens or 0) + 1, NUM_CODEBOOKS), -1, dtype=np.int64)
-    rows = code_channel.reference_rows(params)
+    codes = np.full((prompt_len + (params.max_tokens or 0) + 1, NUM_CODEBOOKS), -1, dtype=np.int64)
+    ref_start, rows = code_channel.reference_rows(params)
     if rows:
-        codes[placeholder_positions(prompt, placeholder_id, len(rows))] = np.asarray(rows, dtype=np.int64)
-    return HostTalkerRequest(prompt_len=len(prompt), seed=code_channel.request_seed(params, rng), codes=codes)
+        slots = reference_slots(prompt_len, ref_start, len(rows))
+        codes[slots.start : slots.stop] = np.asarray(rows, dtype=np.int64)
+    return HostTalkerRequest(prompt_len=prompt_len, seed=code_channel.request_seed(params, rng), codes=codes)
 
 
 class TalkerV1RunnerMixin:
@@ -68,14 +69,13 @@ class TalkerV1RunnerMixin:
 
     def _fill_token_codes(self, scheduler_output, num_input_tokens: int) -> None:
         model = self.get_model()
-        placeholder = model.special.audio_placeholder
         chunks, self.talker_rows = [], []
         batch = self.input_batch
         for i, req_id in enumerate(batch.req_ids):
             req_state = self.requests[req_id]
             host = self.talker_requests.get(req_id)
             if host is None:
-                host = self.talker_requests[req_id] = _new_host_request(req_state, placeholder, self.talker_rng)
+                host = self.talker_requests[req_id] = _new_host_request(req_state, self.talker_rng)
             start = int(batch.num_computed_tokens_cpu[i])
             end = start + scheduler_output.num_scheduled_tokens[req_id]
             chunks.append(host.codes[start:end])

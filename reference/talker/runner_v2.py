@@ -4,7 +4,7 @@ Everything the decode path touches lives on the device, in per-slot buffers, and
 written with tensor indexing only (no host synchronisation), so it is correct under async
 scheduling and inside CUDA graphs:
 - `codes` [max_num_reqs, max_model_len + 1, 8]: the codebook row embedded at each position of a
-  request (-1 for text), i.e. the voice-clone reference rows at their placeholders and every
+  request (-1 for text), i.e. the voice-clone reference rows at their slots and every
   generated row at the position of its `<|audio|>` token;
 - per-slot sampling parameters (temperature, top-k, top-p, seed).
 `prepare_inputs` gathers each input token's row into the model's `token_codes` buffer (which the
@@ -30,7 +30,7 @@ from vllm.v1.worker.gpu.model_states.default import DefaultModelState
 from reference import compat
 from reference.talker import code_channel
 from reference.talker.options import options_from_hf_config
-from reference.talker.prompts import placeholder_positions
+from reference.talker.prompts import reference_slots
 from reference.codebooks import NUM_CODEBOOKS
 from reference.talker.step import talker_step
 
@@ -57,7 +57,6 @@ class TalkerModelState(DefaultModelState):
         self.parked: OrderedDict[str, torch.Tensor] = OrderedDict()
         self.parked_limit = PARKED_LIMIT_PER_SLOT * slots
         self.rng = np.random.default_rng(vllm_config.model_config.seed)
-        self.placeholder_id = model.special.audio_placeholder
 
     # -- request lifecycle (host side, once per request; never on the decode path) -------------
     def add_request(self, req_index: int, new_req_data) -> None:
@@ -70,10 +69,12 @@ class TalkerModelState(DefaultModelState):
             self.codes[req_index].copy_(parked)
         else:
             self.codes[req_index].fill_(-1)
-            rows = code_channel.reference_rows(params) if params is not None else []
+            ref_start, rows = code_channel.reference_rows(params) if params is not None else (None, [])
             if rows:
-                positions = placeholder_positions(prompt, self.placeholder_id, len(rows))
-                self.codes[req_index, positions] = torch.tensor(rows, dtype=torch.int16, device=self.codes.device)
+                slots = reference_slots(len(prompt), ref_start, len(rows))
+                self.codes[req_index, slots.start : slots.stop] = torch.tensor(
+                    rows, dtype=torch.int16, device=self.codes.device
+                )
             elif len(new_req_data.prefill_token_ids or prompt) > len(prompt):
                 raise RuntimeError(f"request {req_id} resumed with outputs but its code rows were never parked")
         if params is not None:

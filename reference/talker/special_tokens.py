@@ -9,14 +9,11 @@ TEXT = "<|text|>"
 AUDIO = "<|audio|>"
 REF_AUDIO = "<|ref_audio|>"
 REF_TEXT = "<|ref_text|>"
-# One per reference-code row of a voice-clone prompt; its embedding is replaced by the row's codes.
-# The real checkpoint's name for it is not published: the real-weights checks confirm it.
-AUDIO_PLACEHOLDER = "<|audio_placeholder|>"
 END_OF_TEXT = "<|endoftext|>"
 AUDIO_END = "<|audio_end|>"
 
 REQUIRED = (TTS, TEXT, AUDIO)
-VOICE_CLONE = (REF_AUDIO, REF_TEXT, AUDIO_PLACEHOLDER)
+VOICE_CLONE = (REF_AUDIO, REF_TEXT)  # optional: only voice clone needs them
 
 
 @dataclass(frozen=True)
@@ -28,7 +25,6 @@ class SpecialIds:
     audio_end: int | None
     ref_audio: int | None
     ref_text: int | None
-    audio_placeholder: int | None
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
@@ -55,5 +51,15 @@ def special_ids(tokenizer) -> SpecialIds:
         audio_end=vocab.get(AUDIO_END),
         ref_audio=vocab.get(REF_AUDIO),
         ref_text=vocab.get(REF_TEXT),
-        audio_placeholder=vocab.get(AUDIO_PLACEHOLDER),
     )
+
+
+def load_tokenizer(path):
+    """The checkpoint's tokenizer, with the Higgs config registered first, so that transformers
+    reads config.json as what it is (it warns about an unknown model type otherwise)."""
+    from transformers import AutoTokenizer
+
+    from reference.talker.config import register_with_transformers
+
+    register_with_transformers()
+    return AutoTokenizer.from_pretrained(str(path))
