@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from conformance.case_files import load
-from conformance.deploy_cases import needs_upstream, upstream_deploy_dir
+from conformance.deploy_cases import needs_upstream, upstream_deploy_dir, upstream_version
 from conformance.upstream_deploy import corpus, resolve_file
 from reference.deploy.platform_matrix import PLATFORMS
 
@@ -20,9 +20,7 @@ def outcomes():
 
 
 def test_wheel_version():
-    from importlib.metadata import version
-
-    assert version("vllm-omni") == EXPECT["version"]
+    assert upstream_version() == EXPECT["version"]
 
 
 def test_every_refusal_names_the_file(outcomes):
@@ -51,3 +49,13 @@ def test_file_resolves_on_every_platform(name):
 
 def test_vllm_omni_is_never_imported(outcomes):
     assert not [m for m in sys.modules if m == "vllm_omni" or m.startswith("vllm_omni.")]
+
+
+def test_wheel_is_off_the_import_path():
+    # Installed into site-packages its vllm.general_plugins entry point would make vLLM import
+    # vllm_omni (which patches vLLM) in every engine.
+    import importlib.util
+    from importlib.metadata import entry_points
+
+    assert importlib.util.find_spec("vllm_omni") is None
+    assert not [e for e in entry_points(group="vllm.general_plugins") if e.value.startswith("vllm_omni")]

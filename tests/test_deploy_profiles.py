@@ -108,8 +108,9 @@ def test_profile_path():
 def test_display_path(tmp_path):
     assert display_path(PROFILES_DIR / "default.yaml") == "reference/deploy/profiles/default.yaml"
     assert display_path(tmp_path / "p.yaml") == str(tmp_path / "p.yaml")
-    installed = tmp_path / "lib" / "site-packages" / "vllm_omni" / "deploy" / "x.yaml"
-    assert display_path(installed) == "vllm_omni/deploy/x.yaml"
+    root = tmp_path / "upstream"
+    (root / "vllm_omni-0.30.0.dist-info").mkdir(parents=True)
+    assert display_path(root / "vllm_omni" / "deploy" / "x.yaml") == "vllm_omni/deploy/x.yaml"
 
 
 def test_overrides_dotted_and_nested_agree():

@@ -23,6 +23,7 @@ follows upstream's loader (vllm-omni config/stage_config.py, read as facts):
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -53,12 +54,19 @@ def profile_path(profile: str | Path) -> Path:
     return Path(profile)
 
 
+@functools.lru_cache(maxsize=256)
+def _install_root(folder: Path) -> bool:
+    """A folder packages are installed into (site-packages, a pip --target folder): it holds *.dist-info."""
+    return any(folder.glob("*.dist-info"))
+
+
 def display_path(path: Path) -> str:
-    """Repo-relative for files in the repo, site-packages-relative for installed ones, else as given."""
+    """Relative to the install root for installed files (vllm_omni/deploy/x.yaml), repo-relative for
+    files in the repo, else as given."""
     resolved = Path(path).resolve()
-    parts = resolved.parts
-    if "site-packages" in parts:
-        return Path(*parts[parts.index("site-packages") + 1 :]).as_posix()
+    for parent in resolved.parents:
+        if _install_root(parent):
+            return resolved.relative_to(parent).as_posix()
     try:
         return resolved.relative_to(REPO_ROOT).as_posix()
     except ValueError:
