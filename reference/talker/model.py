@@ -134,4 +134,7 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
                 loaded.add(target)
         check_complete(seen, self.ties, self.config.get_text_config().num_hidden_layers)
         loaded |= {f"body.{n}" for n in self.body.load_weights(body_weights)}
+        unset = sorted({name for name, _ in self.named_parameters()} - loaded)
+        if unset:  # a head built apart from its tied table, say: never serve random weights
+            raise ValueError(f"talker parameters {unset} got no checkpoint tensor (tie flags: {self.ties})")
         return loaded
