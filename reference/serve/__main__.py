@@ -1,0 +1,98 @@
+"""Serve Higgs Audio v3 speech over HTTP, OpenAI-compatible.
+
+    python -m reference.serve --profile default --model DIR [--host 127.0.0.1 --port 8000]
+        [--platform cpu|cuda|...] [--set KEY=VALUE ...] [--voices DIR] [--served-model-name NAME]
+
+The deploy profile (a name in reference/deploy/profiles/ or a path) is resolved for the platform
+(default: cuda when torch sees a GPU, else cpu) with the `--set` overrides (dotted keys of the
+deploy format, as `python -m reference.deploy` takes them). The talker is vLLM's AsyncLLM with
+the resolved stage 0 (its runner made explicit); the codec runs on stage 1's device with stage 1's
+max_num_seqs as the codec batch; streaming uses the resolved geometry and the connector's
+max_inflight_chunks. `--voices DIR` adds a named voice per DIR/NAME.wav (transcript: NAME.txt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Sequence
+
+
+def build_service(args):
+    """(Service, engine) for the parsed arguments; boots the engine (tens of seconds)."""
+    import torch
+
+    from reference.codec.model import load_codec
+    from reference.deploy.cli import parse_set
+    from reference.deploy.resolve import resolve_deployment
+    from reference.serve.app import Service
+    from reference.serve.audio import Speaker
+    from reference.serve.metrics import ServeMetrics
+    from reference.serve.protocol import Limits
+    from reference.serve.voices import load_voices
+    from reference.speech import SpeechAPI
+    from reference.talker.engine import deployment_engine_kwargs, stage_device, start_async_llm
+
+    platform = args.platform or ("cuda" if torch.cuda.is_available() else "cpu")
+    deployment = resolve_deployment(args.profile, platform, parse_set(args.sets))
+    voices = load_voices(args.voices)
+    engine = start_async_llm(args.model, deployment.runner, **deployment_engine_kwargs(deployment))
+    codec = load_codec(args.model, device=stage_device(deployment, deployment.codec_stage))
+    extra = (deployment.connectors.get(deployment.geometry_connector) or {}).get("extra", {})
+    max_tokens = deployment.default_sampling_params.get("max_tokens", 2048)
+    speaker = Speaker(
+        api=SpeechAPI(engine, args.model, deployment.runner, default_max_tokens=max_tokens),
+        codec=codec,
+        geometry=deployment.geometry,
+        metrics=ServeMetrics(),
+        codec_batch=int((deployment.codec_stage or {}).get("max_num_seqs", 1)),
+        inflight_chunks=int(extra.get("max_inflight_chunks", 2)),
+    )
+    service = Service(
+        speaker=speaker,
+        model_name=args.served_model_name or Path(args.model).name,
+        runner=deployment.runner,
+        profile=deployment.profile,
+        max_model_len=int(deployment.engine_kwargs.get("max_model_len") or engine.model_config.max_model_len),
+        default_sampling=dict(deployment.default_sampling_params),
+        voices=voices,
+        limits=Limits(max_body_bytes=args.max_body_bytes),
+    )
+    return service, engine
+
+
+def parse_args(argv: Sequence[str] | None = None):
+    parser = argparse.ArgumentParser(prog="python -m reference.serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="default", help="deploy profile: a name or a path")
+    parser.add_argument("--model", required=True, help="the checkpoint folder")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--platform", default=None, help="cuda, rocm, npu, xpu, musa or cpu (default: detected)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--voices", default=None, help="a folder of NAME.wav (+ NAME.txt) named voices")
+    parser.add_argument("--served-model-name", default=None, help="the `model` clients send (default: the folder name)")
+    parser.add_argument("--max-body-bytes", type=int, default=8 << 20)
+    parser.add_argument("--log-level", default="info")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import uvicorn
+
+    from reference.serve.app import build_app
+
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper())
+    try:
+        service, engine = build_service(args)
+    except ValueError as exc:  # an invalid profile, override or platform
+        print(f"error: {exc}")
+        return 2
+    app = build_app(service, on_shutdown=engine.shutdown)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""Prometheus metrics of the speech server, in a registry of their own, served by `/metrics` after
+vLLM's (process-wide registry: `vllm:num_requests_running`, `vllm:num_requests_waiting`,
+`vllm:kv_cache_usage_perc`, `vllm:generation_tokens_total`, ...).
+
+- higgs_serve_requests_running        speech requests producing audio (their first rows arrived)
+- higgs_serve_requests_waiting        speech requests accepted, no audio rows yet
+- higgs_serve_requests_aborted_total  requests aborted in the engine because their client left
+- higgs_serve_requests_total{status}  responses by HTTP status
+- higgs_serve_talker_slots_in_use     requests whose talker state the workers hold (asked at scrape
+                                      time: the workers' `talker_open_requests`)
+- higgs_serve_ttfa_seconds            request received -> first PCM chunk ready (streamed requests)
+"""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+TTFA_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+
+
+class ServeMetrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.running = Gauge("higgs_serve_requests_running", "speech requests producing audio", registry=r)
+        self.waiting = Gauge("higgs_serve_requests_waiting", "speech requests without audio rows yet", registry=r)
+        self.aborted = Counter("higgs_serve_requests_aborted", "requests aborted in the engine on disconnect",
+                               registry=r)
+        self.responses = Counter("higgs_serve_requests", "responses by HTTP status", ["status"], registry=r)
+        self.slots = Gauge("higgs_serve_talker_slots_in_use", "requests whose talker state the workers hold",
+                           registry=r)
+        self.ttfa = Histogram("higgs_serve_ttfa_seconds", "request received -> first PCM chunk ready",
+                              buckets=TTFA_BUCKETS, registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(REGISTRY) + generate_latest(self.registry)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> {'name{labels}': value} (for the checks; labels kept verbatim)."""
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            try:
+                values[name] = float(value)
+            except ValueError:
+                continue
+    return values
+
+
+def metric(values: dict[str, float], name: str) -> float:
+    """The sum of every series of `name` (all label sets); 0.0 when absent."""
+    return sum(v for k, v in values.items() if k == name or k.startswith(name + "{"))

@@ -1,0 +1,116 @@
+"""The speech server's request parsing and audio bytes, without an engine (reference/serve/)."""
+
+import base64
+import struct
+import wave
+
+import numpy as np
+import pytest
+
+from reference.serve.protocol import Limits, RequestError, parse_json, parse_speech
+from reference.serve.voices import decode_ref_audio
+from reference.serve.wav import UNKNOWN_LENGTH, parse_header, pcm16, wav_file, wav_header
+
+VOICES = {"default", "narrator"}
+
+
+def parse(runner="v1", **fields):
+    body = {"model": "m", "input": "Hello.", **fields}
+    return parse_speech(body, model_name="m", voices=VOICES, runner=runner, limits=Limits())
+
+
+def refused(param, runner="v1", **fields) -> RequestError:
+    with pytest.raises(RequestError) as info:
+        parse(runner, **fields)
+    assert info.value.param == param and 400 <= info.value.status < 500
+    return info.value
+
+
+def test_defaults_whole_wav_zero_shot():
+    body = parse()
+    assert (body.voice, body.response_format, body.stream_format, body.ref_audio, body.sampling) == (
+        "default", "wav", None, None, {})
+
+
+def test_stream_true_means_the_audio_stream_format():
+    assert parse(stream=True).stream_format == "audio"
+    assert parse(stream_format="sse").stream_format == "sse"
+
+
+def test_sampling_fields_are_checked_and_kept():
+    assert parse(temperature=0.5, top_k=10, seed=3, max_tokens=99).sampling == {
+        "temperature": 0.5, "top_k": 10, "seed": 3, "max_tokens": 99}
+    assert parse(repetition_penalty=1.0).sampling == {}  # neutral values pass and are dropped
+
+
+@pytest.mark.parametrize("field, value", [("temperature", -1), ("top_p", 0), ("top_k", -2), ("logprobs", 0),
+                                          ("min_p", 0.2), ("max_tokens", 0), ("seed", 1.5)])
+def test_out_of_range_sampling_names_the_field(field, value):
+    refused(field, **{field: value})
+
+
+def test_v2_message_names_the_v1_opt_out_profile():
+    assert "low_latency" in refused("presence_penalty", runner="v2", presence_penalty=0.5).message
+
+
+def test_empty_and_whitespace_input():
+    refused("input", input="")
+    refused("input", input=" \n")
+
+
+def test_unknown_fields_voice_format_model():
+    refused("volume", volume=1)
+    refused("voice", voice="alloy")
+    refused("response_format", response_format="mp3")
+    refused("stream_format", stream_format="chunks")
+    refused("model", model="tts-1")
+    refused("speed", speed=2.0)
+
+
+def test_ref_audio_must_be_base64_and_under_the_limit():
+    refused("ref_audio", ref_audio="***")
+    big = base64.b64encode(b"x" * (Limits().max_ref_audio_bytes + 1)).decode()
+    assert "over the limit" in refused("ref_audio", ref_audio=big).message
+    refused("ref_audio", voice="narrator", ref_audio=base64.b64encode(b"RIFF").decode())
+    refused("ref_text", ref_text="words")
+
+
+def test_body_must_be_a_json_object():
+    with pytest.raises(RequestError, match="not valid JSON"):
+        parse_json(b"{")
+    with pytest.raises(RequestError, match="JSON object"):
+        parse_json(b"[]")
+
+
+def test_decode_ref_audio_reads_a_wav_and_refuses_garbage():
+    data = wav_file(pcm16(np.full(2400, 0.25, dtype=np.float32)))
+    samples, rate = decode_ref_audio(data, max_seconds=1.0)
+    assert rate == 24000 and len(samples) == 2400
+    for bad in (b"not a wav", data[:30], data[:44]):
+        with pytest.raises(RequestError) as info:
+            decode_ref_audio(bad, max_seconds=1.0)
+        assert info.value.param == "ref_audio"
+    with pytest.raises(RequestError, match="over the limit of 0.05 s"):
+        decode_ref_audio(data, max_seconds=0.05)
+
+
+def test_whole_wav_header_gives_exact_sizes(tmp_path):
+    pcm = pcm16(np.linspace(-1, 1, 1000, dtype=np.float32))
+    data = wav_file(pcm)
+    header = parse_header(data)
+    assert (header["data_size"], header["riff_size"], header["sample_rate"], header["bits"]) == (
+        len(pcm), 36 + len(pcm), 24000, 16)
+    path = tmp_path / "x.wav"
+    path.write_bytes(data)
+    with wave.open(str(path)) as w:
+        assert (w.getnframes(), w.getframerate(), w.getsampwidth(), w.getnchannels()) == (1000, 24000, 2, 1)
+
+
+def test_streamed_wav_header_is_the_unknown_length_header():
+    header = parse_header(wav_header(None))
+    assert header["data_size"] == header["riff_size"] == UNKNOWN_LENGTH
+
+
+def test_pcm16_is_little_endian_clipped_and_rounded():
+    assert pcm16(np.array([0.0, 1.0, -1.0, 2.0, 0.5], dtype=np.float32)) == struct.pack(
+        "<5h", 0, 32767, -32767, 32767, 16384)
