@@ -48,9 +48,12 @@ def _variant_marks(v):
     return []
 
 
-@pytest.fixture(scope="module", params=[pytest.param(v, id=v["id"], marks=_variant_marks(v)) for v in DOC["variants"]])
+VARIANTS = {v["id"]: v for v in DOC["variants"]}
+
+
+@pytest.fixture(scope="module", params=[pytest.param(v["id"], marks=_variant_marks(v)) for v in DOC["variants"]])
 def variant(request):
-    return request.param
+    return VARIANTS[request.param]
 
 
 @pytest.fixture(scope="module")
