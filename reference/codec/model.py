@@ -143,7 +143,11 @@ class Codec(nn.Module):
         codes = codes.to(device=self.codebooks.device, dtype=torch.long)
         if codes.shape[1] == 0:
             return torch.zeros(0, dtype=self.codebooks.dtype, device=self.codebooks.device)
-        return self.acoustic_decoder(self.quantized(codes))[0, 0]  # [T * 960]
+        # Full float32 convolutions on CUDA: cuDNN's TF32 (on by default) picks its algorithm per
+        # input length, so a streamed window and the whole clip would round differently (seen on
+        # the H200: 55-76 dB between the stream and the offline decode, against 110 dB here).
+        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):
+            return self.acoustic_decoder(self.quantized(codes))[0, 0]  # [T * 960]
 
 
 def read_codec_config(checkpoint_dir: str | Path) -> CodecConfig:
