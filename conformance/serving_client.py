@@ -91,8 +91,11 @@ class ServerProcess:
             if condition(values):
                 return values
             if time.monotonic() > deadline:
-                interesting = {k: v for k, v in values.items() if k.startswith(("higgs_serve", "vllm:num_requests"))}
-                raise AssertionError(f"metrics did not settle within {timeout} s: {interesting}")
+                shown = ("higgs_serve_requests_aborted_total", "higgs_serve_talker_slots_in_use",
+                         "higgs_serve_requests_running", "vllm:num_requests_running", "vllm:num_requests_waiting",
+                         "vllm:kv_cache_usage_perc")
+                raise AssertionError(f"metrics did not settle within {timeout} s: "
+                                     + ", ".join(f"{n.removeprefix('higgs_serve_')} {metric(values, n):g}" for n in shown))
             time.sleep(interval)
 
 

@@ -124,11 +124,17 @@ def soak(server, args) -> dict:
         "engine_running_after": metric(after, "vllm:num_requests_running"),
         "kv_cache_usage_after": metric(after, "vllm:kv_cache_usage_perc"),
         "answered_500": after.get('higgs_serve_requests_total{status="500"}', 0.0),
+        "ttfa_mean_ms": round(1000 * _delta(before, after, "higgs_serve_ttfa_seconds_sum")
+                              / max(1.0, _delta(before, after, "higgs_serve_ttfa_seconds_count")), 1),
     }
     summary["ok"] = (not results["lost"] and not results["mismatched"] and summary["aborted_counted"] == results["aborted"]
                      and summary["slots_in_use_after"] == 0 and summary["engine_running_after"] == 0
                      and summary["kv_cache_usage_after"] == 0 and summary["answered_500"] == 0)
     return summary
+
+
+def _delta(before: dict, after: dict, name: str) -> float:
+    return metric(after, name) - metric(before, name)
 
 
 def main(argv=None) -> int:
