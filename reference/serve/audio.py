@@ -48,8 +48,9 @@ class _Progress:
             self.state = "running"
 
     def end(self) -> None:
-        {"waiting": self.metrics.waiting, "running": self.metrics.running}.get(self.state, self.metrics.running).dec()
-        self.state = "ended"
+        if self.state != "ended":
+            (self.metrics.waiting if self.state == "waiting" else self.metrics.running).dec()
+            self.state = "ended"
 
 
 @dataclass
