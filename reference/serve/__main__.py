@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         service, engine = build_service(args)
     except ValueError as exc:  # an invalid profile, override or platform
-        print(f"error: {exc}")
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     app = build_app(service, on_shutdown=engine.shutdown)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
