@@ -18,12 +18,12 @@ from conformance.quality import SAMPLE_RATE
 
 
 class WhisperASR:
-    def __init__(self, model_dir: Path, name: str):
+    def __init__(self, model_dir: Path, name: str, production: bool = False):
         from faster_whisper import WhisperModel
 
         self.name = name
         self.model_dir = Path(model_dir)
-        cuda = _has_cuda()
+        cuda = production and _has_cuda()  # Whisper base stays on the CPU: same numbers everywhere
         self.model = WhisperModel(
             str(model_dir), device="cuda" if cuda else "cpu", compute_type="float16" if cuda else "int8",
             cpu_threads=min(4, os.cpu_count() or 1),

@@ -86,7 +86,7 @@ def load(spec_id: str):
     if spec.id == "resemblyzer":
         return ResemblyzerSpeaker(model_files.resemblyzer_weights(spec.model_sha256), spec.id)
     if spec.metric == "wer":
-        return WhisperASR(_production_dir(spec.env), spec.id)
+        return WhisperASR(_production_dir(spec.env), spec.id, production=True)
     return WavLMSpeaker(_production_dir(spec.env), spec.id)
 
 
