@@ -101,6 +101,19 @@ def test_sim_control(control, record_property):
 
 
 @pytest.mark.cpu
+def test_the_production_scorers_are_in_use(record_property):
+    """Names the scorers the controls ran with; skips, saying what to set, when a production
+    scorer is not in use (its floors are then not checked by the controls)."""
+    wer_spec, sim_spec = scorers.active_spec("wer"), scorers.active_spec("sim")
+    note(record_property, f"scorers: {wer_spec.id} (WER floor {wer_spec.floor}), {sim_spec.id} (SIM floor {sim_spec.floor})")
+    missing = [env for env in (scorers.WHISPER_ENV, scorers.WAVLM_ENV) if not os.environ.get(env)]
+    if missing:
+        pytest.skip(f"offline scorers in use; for the production ones set {scorers.WHISPER_ENV}=<faster-whisper "
+                    f"folder of Whisper large-v3> and {scorers.WAVLM_ENV}=<WavLMForXVector folder> (missing: {missing})")
+    assert scorers.load(wer_spec.id) and scorers.load(sim_spec.id)
+
+
+@pytest.mark.cpu
 def test_identical_audio_gets_identical_scores_from_separately_loaded_scorers():
     """What makes V1 = V2 checkable on scores: runners in different processes load their own
     scorers, and the same audio must score exactly the same there."""

@@ -76,6 +76,20 @@ def test_each_metric_has_one_registry_scorer_and_one_production_scorer():
         assert sum(1 for s in specs if s.metric == metric and s.env) == 1
 
 
+def test_a_folder_named_by_the_environment_selects_the_production_scorer(tmp_path, monkeypatch):
+    from conformance.quality import scorers
+
+    for env in (scorers.WHISPER_ENV, scorers.WAVLM_ENV):
+        monkeypatch.delenv(env, raising=False)
+    assert (scorers.active_spec("wer").id, scorers.active_spec("sim").id) == ("whisper_base", "resemblyzer")
+    monkeypatch.setenv(scorers.WHISPER_ENV, str(tmp_path))
+    monkeypatch.setenv(scorers.WAVLM_ENV, str(tmp_path))
+    assert (scorers.active_spec("wer").id, scorers.active_spec("sim").id) == ("whisper_large_v3", "wavlm_sv")
+    monkeypatch.setenv(scorers.WAVLM_ENV, str(tmp_path / "absent"))
+    with pytest.raises(model_files.ScorerModelError, match="not a folder"):
+        scorers.active_spec("sim")
+
+
 def test_a_model_file_with_another_hash_is_refused(tmp_path):
     model = tmp_path / "model.bin"
     model.write_bytes(b"weights" * 1000)
