@@ -4,7 +4,9 @@
 
 An area is one conformance module (conformance/test_<area>.py). The report names the vLLM
 version, the platform, the runners this platform can run, the weights in use, and per area the
-passed / failed / skipped counts with every distinct skip reason and failure.
+passed / failed / skipped counts (and expected failures: negative controls) with every distinct
+skip reason and failure, and the lines a check records for the report (the quality area: scorer,
+floors, scores per runner, parity, mode).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class AreaCollector:
     def __init__(self):
         self.counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.notes: dict[str, set[str]] = defaultdict(set)
+        self.lines: dict[str, list[str]] = defaultdict(list)
 
     @staticmethod
     def _area(nodeid: str) -> str:
@@ -32,8 +35,16 @@ class AreaCollector:
 
     def pytest_runtest_logreport(self, report):
         area = self._area(report.nodeid)
+        # Lines a check adds for the report (`record_property("report", text)`: the quality
+        # area's scorer, floors, scores per runner, parity and mode).
+        if report.when == "call":
+            self.lines[area].extend(value for name, value in report.user_properties if name == "report")
         if report.when == "call" or (report.when == "setup" and not report.passed):
             outcome = report.outcome
+            if hasattr(report, "wasxfail"):  # a negative control that failed as it must
+                self.counts[area]["expected failures"] += 1
+                self.notes[area].add(f"expected failure (negative control): {report.wasxfail}")
+                return
             self.counts[area][outcome] += 1
             if report.skipped:
                 reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
@@ -72,7 +83,10 @@ def main(args: list[str]) -> int:
         counts = collector.counts[area]
         for k, v in counts.items():
             total[k] += v
-        print(f"\n[{area}] passed {counts['passed']}, failed {counts['failed']}, skipped {counts['skipped']}")
+        expected = f", expected failures {counts['expected failures']}" if counts["expected failures"] else ""
+        print(f"\n[{area}] passed {counts['passed']}, failed {counts['failed']}, skipped {counts['skipped']}{expected}")
+        for line in collector.lines[area]:
+            print(f"  | {line}")
         for note in sorted(collector.notes[area]):
             print(f"  - {note}")
     verdict = "GREEN" if code == 0 and not total["failed"] else "RED"
