@@ -163,9 +163,8 @@ def record_and_compare(folder, mode: str, variant: str, record: dict) -> list[di
 @pytest.mark.parametrize("variant", runner_params(VARIANTS))
 def test_dummy_audio_fails_the_floors(variant, pool, scores_dir, record_property):
     mode = MODES["dummy"]
-    frames = mode["stand_in_ref_frames"]
     audios, streams = talker_audio.synthesise(pool, variant, VARIANTS[variant], talker_audio.dummy_checkpoint(),
-                                              PROMPTS, mode, lambda clip: talker_audio.stand_in_codes(clip, frames))
+                                              PROMPTS, mode)
     scores = score_all(audios, PROMPTS)
     for other in record_and_compare(scores_dir, "dummy", variant, {"streams": streams, "scores": scores}):
         if other["streams"] == streams:
@@ -197,11 +196,8 @@ def test_real_weights_meet_the_floors(variant, subset, pool, scores_dir, record_
     from conformance.environment import REAL_CHECKPOINT_ENV
 
     prompts = [p for p in PROMPTS if p.voice_clone == (subset == "voice_clone")]
-    if subset == "voice_clone" and any(talker_audio.real_codes(p.prompt_wav) is None for p in prompts):
-        pytest.skip(talker_audio.REF_CODES_SKIP)
     checkpoint = Path(os.environ[REAL_CHECKPOINT_ENV])
-    audios, _ = talker_audio.synthesise(pool, variant, VARIANTS[variant], checkpoint, prompts, MODES["real"],
-                                        talker_audio.real_codes)
+    audios, _ = talker_audio.synthesise(pool, variant, VARIANTS[variant], checkpoint, prompts, MODES["real"])
     scores = {k: v for k, v in score_all(audios, prompts).items() if v}
     others = record_and_compare(scores_dir, f"real-{subset}", variant, {"scores": scores})
     failures = []

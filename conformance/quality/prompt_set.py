@@ -4,9 +4,6 @@ Real speech of a prompt is espeak-ng saying the prompt's text in the prompt's vo
 its reference clip for voice clone, the first voice of clips.yaml for zero-shot.
 
     python -m conformance.quality.prompt_set DIR   # writes the reference clips as 24 kHz WAVs
-
-(for encoding them into codec codes with the upstream encoder: the real-weights mode reads those
-codes from HIGGS_QUALITY_REF_CODES, `<clip id>.npy`, int [8, frames]).
 """
 
 from __future__ import annotations
