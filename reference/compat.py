@@ -48,9 +48,11 @@ NO_030_SAMPLING_FIELDS = Difference(
     "no_030_sampling_fields", frozenset({"0.29.0"}),
     f"SamplingParams lacks {', '.join(SAMPLING_FIELDS_0_30)} (added in 0.30)",
 )
+# 0.30 and 0.31: a per-request bool, "apply the engine's configured watermark" (engine argument
+# watermark_config, which vLLM refuses beside a custom sampler such as the talker's); 0.32: None.
 WATERMARKING_DEFAULT_TRUE = Difference(
-    "watermarking_default_true", frozenset({"0.31.0"}),
-    "SamplingParams.watermarking defaults to True (None in 0.30 and 0.32)",
+    "watermarking_default_true", frozenset({"0.30.0", "0.31.0"}),
+    "SamplingParams.watermarking is a bool defaulting to True (0.32: None)",
 )
 DIFFERENCES = (NO_030_SAMPLING_FIELDS, WATERMARKING_DEFAULT_TRUE)
 

