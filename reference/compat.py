@@ -78,8 +78,8 @@ def check_supported_version(version: str | None = None) -> str:
         known = ", ".join(f"{v} ({p})" for v, (p, _) in KNOWN_VERSIONS.items())
         raise UnsupportedVLLMVersion(
             f"vLLM {version or '(not installed)'} is not a version this suite knows (known: {known}). "
-            "Run the upgrade gate on it (README, 'Gating a vLLM upgrade'), record its differences in "
-            "reference/compat.py, then add it to KNOWN_VERSIONS."
+            "To try it, add it to KNOWN_VERSIONS in reference/compat.py, run the upgrade gate on it "
+            "(README, 'Gating a vLLM upgrade') and record each difference it shows there."
         )
     return version
 
