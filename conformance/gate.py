@@ -110,7 +110,7 @@ def default_baseline(platform: str) -> Path:
 def run_suite(args: argparse.Namespace) -> tuple[dict | None, int]:
     """Run the suite on the candidate: (its verdict, or None and the exit code to return)."""
     python, version = candidate_python(args.spec, args.rebuild)
-    scratch = ROOT / ".tox" / "gate-verdicts" / f"run-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    scratch = ROOT / ".tox" / "gate-verdicts" / f"run-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json"
     start = time.monotonic()
     # The checkout first on the path, for the engine processes too (as tox -e gpu sets it).
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

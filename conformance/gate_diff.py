@@ -105,7 +105,7 @@ def render(baseline: dict, candidate: dict, d: GateDiff) -> list[str]:
     section("newly skipped (coverage lost)", [f"{c}: {r}" for c, r in d.newly_skipped])
     section("checks only in the baseline", d.only_in_baseline, limit=10)
     section("checks only in the candidate", d.only_in_candidate, limit=10)
-    section("figures the candidate did not measure", d.figures_missing)
+    section("figures the candidate did not measure", d.figures_missing, limit=10)
     counts = candidate["counts"]
     summary = ", ".join(f"{k} {v}" for k, v in counts.items())
     lines.append(f"{'RED: the candidate regresses' if d.regressed else 'GREEN: no regression'} ({summary})")

@@ -27,8 +27,9 @@ def _reason(report) -> str:
     if report.skipped:
         text = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         return text.removeprefix("Skipped: ")
+    crash = getattr(report.longrepr, "reprcrash", None)  # the exception's message, where pytest has one
     lines = str(report.longrepr).strip().splitlines()
-    text = lines[-1] if lines else ""
+    text = " ".join((crash.message if crash is not None else lines[-1] if lines else "").split())
     return text if len(text) <= MAX_REASON else text[:MAX_REASON] + "..."
 
 

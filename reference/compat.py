@@ -36,25 +36,31 @@ class Difference:
     name: str
     versions: frozenset[str]
     what: str
+    fields: tuple[str, ...] = ()  # the SamplingParams fields it concerns
 
     def applies(self, version: str | None = None) -> bool:
         return (installed_version() if version is None else version) in self.versions
 
 
-# vllm 0.29's SamplingParams predates three fields that 0.30 added (the talker's sampling tables
-# classify them; they must not be classified where vLLM has no such field).
-SAMPLING_FIELDS_0_30 = ("watermarking", "prompt_logprob_start", "prompt_logprob_token_ids")
-NO_030_SAMPLING_FIELDS = Difference(
-    "no_030_sampling_fields", frozenset({"0.29.0"}),
-    f"SamplingParams lacks {', '.join(SAMPLING_FIELDS_0_30)} (added in 0.30)",
+# SamplingParams fields older versions lack (the talker's sampling tables classify them; they must
+# not be classified where vLLM has no such field).
+NO_WATERMARKING_FIELD = Difference(
+    "no_watermarking_field", frozenset({"0.29.0"}),
+    "SamplingParams has no watermarking (added in 0.30)", fields=("watermarking",),
 )
+NO_PROMPT_LOGPROB_RANGE_FIELDS = Difference(
+    "no_prompt_logprob_range_fields", frozenset({"0.29.0", "0.30.0"}),
+    "SamplingParams has no prompt_logprob_start, prompt_logprob_token_ids (added in 0.31)",
+    fields=("prompt_logprob_start", "prompt_logprob_token_ids"),
+)
+MISSING_SAMPLING_FIELDS = (NO_WATERMARKING_FIELD, NO_PROMPT_LOGPROB_RANGE_FIELDS)
 # 0.30 and 0.31: a per-request bool, "apply the engine's configured watermark" (engine argument
 # watermark_config, which vLLM refuses beside a custom sampler such as the talker's); 0.32: None.
 WATERMARKING_DEFAULT_TRUE = Difference(
     "watermarking_default_true", frozenset({"0.30.0", "0.31.0"}),
-    "SamplingParams.watermarking is a bool defaulting to True (0.32: None)",
+    "SamplingParams.watermarking is a bool defaulting to True (0.32: None)", fields=("watermarking",),
 )
-DIFFERENCES = (NO_030_SAMPLING_FIELDS, WATERMARKING_DEFAULT_TRUE)
+DIFFERENCES = (*MISSING_SAMPLING_FIELDS, WATERMARKING_DEFAULT_TRUE)
 
 
 class UnsupportedVLLMVersion(RuntimeError):
@@ -87,10 +93,11 @@ def check_supported_version(version: str | None = None) -> str:
 def sampling_tables(logprob_fields: dict, neutral_values: dict, version: str | None = None) -> tuple[dict, dict]:
     """The talker's sampling tables (reference/deploy/sampling.py) as they apply to `version`."""
     logprob, neutral = dict(logprob_fields), dict(neutral_values)
-    if NO_030_SAMPLING_FIELDS.applies(version):
-        for name in SAMPLING_FIELDS_0_30:
-            logprob.pop(name, None)
-            neutral.pop(name, None)
+    for difference in MISSING_SAMPLING_FIELDS:
+        if difference.applies(version):
+            for name in difference.fields:
+                logprob.pop(name, None)
+                neutral.pop(name, None)
     if WATERMARKING_DEFAULT_TRUE.applies(version):
         # vLLM's own default must pass; whatever it means, the talker's own sampler never applies it.
         neutral["watermarking"] = (*neutral["watermarking"], True)

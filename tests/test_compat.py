@@ -91,9 +91,10 @@ def _sampling_default(name):
 
 # The installed vLLM shows a difference exactly when the table says it applies to its version: a
 # missing entry (or one naming the wrong versions) fails here on the version that shows it.
-def test_no_030_sampling_fields_holds_exactly_where_it_applies():
-    missing = [f for f in compat.SAMPLING_FIELDS_0_30 if f not in compat.sampling_params_fields()]
-    expected = list(compat.SAMPLING_FIELDS_0_30) if compat.NO_030_SAMPLING_FIELDS.applies() else []
+@pytest.mark.parametrize("difference", compat.MISSING_SAMPLING_FIELDS, ids=lambda d: d.name)
+def test_missing_sampling_fields_hold_exactly_where_they_apply(difference):
+    missing = [f for f in difference.fields if f not in compat.sampling_params_fields()]
+    expected = list(difference.fields) if difference.applies() else []
     assert missing == expected, f"vLLM {compat.installed_version()}: SamplingParams lacks {missing}"
 
 
@@ -104,11 +105,14 @@ def test_watermarking_default_true_holds_exactly_where_it_applies():
 
 
 @pytest.mark.parametrize("version, absent, watermarking", [
-    ("0.29.0", True, (None,)), ("0.30.0", False, (None, True)), ("0.31.0", False, (None, True)), ("0.32.0", False, (None,)),
+    pytest.param("0.29.0", {"watermarking", "prompt_logprob_start"}, None, id="0.29.0"),
+    pytest.param("0.30.0", {"prompt_logprob_start"}, (None, True), id="0.30.0"),
+    pytest.param("0.31.0", set(), (None, True), id="0.31.0"),
+    pytest.param("0.32.0", set(), (None,), id="0.32.0"),
 ])
 def test_sampling_tables_per_version(version, absent, watermarking):
     logprob, neutral = compat.sampling_tables({"logprobs": (None,), "prompt_logprob_start": (None,)},
                                               {"n": (1,), "watermarking": (None,)}, version)
-    assert ("prompt_logprob_start" not in logprob) is absent
-    assert neutral.get("watermarking", (None,)) == watermarking and ("watermarking" in neutral) is not absent
+    assert {"watermarking", "prompt_logprob_start"} - set(logprob) - set(neutral) == absent
+    assert neutral.get("watermarking") == watermarking
     assert logprob["logprobs"] == (None,) and neutral["n"] == (1,)
