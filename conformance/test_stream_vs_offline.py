@@ -41,7 +41,7 @@ def test_streaming_cases_cover_the_shipped_geometry_and_both_outcomes():
 
 @pytest.mark.parametrize("codec_spec", CODECS)
 @pytest.mark.parametrize("geometry_id", list(GEOMETRIES))
-def test_stream_vs_offline(codec_spec, geometry_id):
+def test_stream_vs_offline(codec_spec, geometry_id, record_property):
     case, bound = GEOMETRIES[geometry_id], DOC["bound"]
     codes, reference = offline(codec_spec["size"], int(codec_spec["seed"]))
     geometry = StreamGeometry(**case["geometry"])
@@ -50,6 +50,9 @@ def test_stream_vs_offline(codec_spec, geometry_id):
     g = geometry
     print(f"stream-vs-offline {codec_spec['size']} {geometry_id} "
           f"({g.first_chunk_frames}/{g.chunk_frames}/{g.left_context_frames}/{g.right_holdback_frames}): {result}")
+    # A figure for the upgrade gate (conformance/gate.py), with the case's tolerance.
+    record_property("figure:snr_db", {"value": round(result.snr_db, 2), "unit": "dB",
+                                      "tolerance": case["measured"]["tolerance_db"]})
     meets = result.snr_db >= bound["min_snr_db"] and result.max_abs_err <= bound["max_abs_err"]
     if case["expect"] == "meets_bound":
         limit = f"bound SNR >= {bound['min_snr_db']} dB, max abs err <= {bound['max_abs_err']}"

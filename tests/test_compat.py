@@ -1,5 +1,7 @@
-"""The vLLM compatibility layer, on the installed vLLM (0.32 here; the GPU run exercises 0.26)."""
+"""The vLLM compatibility layer, on the installed vLLM (0.32 here; the upgrade gate runs it on
+every known version, conformance/gate.py; the GPU run exercises 0.26)."""
 
+import msgspec
 import pytest
 import torch
 from vllm import SamplingParams
@@ -54,3 +56,63 @@ def test_full_cuda_graph_sizes_lists_only_the_full_graphs_of_a_v2_runner():
     runner = SimpleNamespace(cudagraph_manager=SimpleNamespace(graphs=graphs))
     assert compat.full_cuda_graph_sizes(runner) == [1, 4]
     assert compat.full_cuda_graph_sizes(SimpleNamespace()) == []  # V1, or eager
+
+
+def test_the_installed_vllm_is_a_known_version():
+    assert compat.check_supported_version() == compat.installed_version()
+    assert compat.installed_version() in compat.KNOWN_VERSIONS
+
+
+@pytest.mark.parametrize("version", ["0.28.0", "0.33.0", None])
+def test_an_unknown_version_fails_early_naming_it_and_the_known_ones(version, monkeypatch):
+    if version is None:  # no vLLM installed at all
+        monkeypatch.setattr(compat, "installed_version", lambda: None)
+    with pytest.raises(compat.UnsupportedVLLMVersion) as error:
+        compat.check_supported_version(version)
+    assert f"vLLM {version or '(not installed)'} is not a version this suite knows" in str(error.value)
+    assert "0.26.0 (cuda)" in str(error.value) and "0.32.0 (cpu)" in str(error.value)
+
+
+def test_a_local_version_suffix_is_the_same_release():
+    assert compat.check_supported_version("0.32.0+cpu") == "0.32.0"
+
+
+def test_every_difference_names_known_versions_only():
+    for difference in compat.DIFFERENCES:
+        assert difference.versions and difference.versions <= set(compat.KNOWN_VERSIONS), difference.name
+
+
+def _sampling_default(name):
+    field = {f.name: f for f in msgspec.structs.fields(SamplingParams)}.get(name)
+    if field is None:
+        return "absent"
+    return field.default_factory() if field.default is msgspec.NODEFAULT else field.default
+
+
+# The installed vLLM shows a difference exactly when the table says it applies to its version: a
+# missing entry (or one naming the wrong versions) fails here on the version that shows it.
+@pytest.mark.parametrize("difference", compat.MISSING_SAMPLING_FIELDS, ids=lambda d: d.name)
+def test_missing_sampling_fields_hold_exactly_where_they_apply(difference):
+    missing = [f for f in difference.fields if f not in compat.sampling_params_fields()]
+    expected = list(difference.fields) if difference.applies() else []
+    assert missing == expected, f"vLLM {compat.installed_version()}: SamplingParams lacks {missing}"
+
+
+def test_watermarking_default_true_holds_exactly_where_it_applies():
+    default = _sampling_default("watermarking")
+    assert (default is True) == compat.WATERMARKING_DEFAULT_TRUE.applies(), (
+        f"vLLM {compat.installed_version()}: SamplingParams.watermarking defaults to {default!r}")
+
+
+@pytest.mark.parametrize("version, absent, watermarking", [
+    pytest.param("0.29.0", {"watermarking", "prompt_logprob_start"}, None, id="0.29.0"),
+    pytest.param("0.30.0", {"prompt_logprob_start"}, (None, True), id="0.30.0"),
+    pytest.param("0.31.0", set(), (None, True), id="0.31.0"),
+    pytest.param("0.32.0", set(), (None,), id="0.32.0"),
+])
+def test_sampling_tables_per_version(version, absent, watermarking):
+    logprob, neutral = compat.sampling_tables({"logprobs": (None,), "prompt_logprob_start": (None,)},
+                                              {"n": (1,), "watermarking": (None,)}, version)
+    assert {"watermarking", "prompt_logprob_start"} - set(logprob) - set(neutral) == absent
+    assert neutral.get("watermarking") == watermarking
+    assert logprob["logprobs"] == (None,) and neutral["n"] == (1,)

