@@ -236,7 +236,10 @@ def test_concurrent_streams_each_equal_the_request_alone(server, variant):
     with ThreadPoolExecutor(len(bodies)) as pool:
         together = list(pool.map(lambda b: _streamed(server, b), bodies))
     for body, pcm in zip(bodies, together):
-        assert pcm == alone[body["input"]], f"{body['input']!r} differs when {len(bodies)} streams run at once"
+        if "concurrent_bound" in variant:
+            _within(variant["concurrent_bound"], pcm, alone[body["input"]])
+        else:
+            assert pcm == alone[body["input"]], f"{body['input']!r} differs when {len(bodies)} streams run at once"
     server.wait_for(lambda v: metric(v, "higgs_serve_talker_slots_in_use") == 0 and metric(v, "vllm:num_requests_running") == 0)
 
 
