@@ -15,15 +15,10 @@ Names are relative to the checkpoint prefix `tied.embedding.modality_embeddings.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
 from reference.codec.layouts import CodecWeightsError
-
-if TYPE_CHECKING:
-    from reference.codec.encoder import CodecEncoder
 
 _G_V = (("weight_g", "weight_v"), ("parametrizations.weight.original0", "parametrizations.weight.original1"))
 POS_CONV = "encoder.pos_conv_embed.conv"
@@ -62,7 +57,7 @@ def _load(module: nn.Module, sd: dict[str, torch.Tensor], root: str, source: str
     module.load_state_dict({k: v.float() for k, v in sd.items()}, strict=True)
 
 
-def _hubert_tensors(encoder: CodecEncoder, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _hubert_tensors(encoder: nn.Module, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     sd = {k: v for k, v in sd.items() if k != "masked_spec_embed"}
     if f"{POS_CONV}.weight_g" in sd:  # torch's old weight_norm names -> the parametrization's
         sd[f"{POS_CONV}.parametrizations.weight.original0"] = sd.pop(f"{POS_CONV}.weight_g")
@@ -74,7 +69,7 @@ def _hubert_tensors(encoder: CodecEncoder, sd: dict[str, torch.Tensor]) -> dict[
     return sd
 
 
-def load_encoder_tensors(encoder: CodecEncoder, sd: dict[str, torch.Tensor], source: str = "") -> None:
+def load_encoder_tensors(encoder: nn.Module, sd: dict[str, torch.Tensor], source: str = "") -> None:
     """Copies every encode-side tensor into `encoder`; CodecWeightsError names what is missing or misshaped."""
     _load(encoder.acoustic_encoder, _fold_weight_norm(_group(sd, "acoustic_encoder.")), "acoustic_encoder.", source)
     _load(encoder.semantic_model, _hubert_tensors(encoder, _group(sd, "semantic_model.")), "semantic_model.", source)

@@ -1,6 +1,6 @@
 """The deploy-file format: its JSON Schema (reference/deploy/schema.json) and the merge tables.
 
-`python -m reference.deploy.schema` checks every shipped profile against the schema.
+`python -m reference.deploy.check_profiles` checks every shipped profile against the schema.
 
 The format is vllm-omni's deploy schema (a list of `stages` with their own engine arguments,
 `connectors` whose `extra` carries the streaming geometry, `async_chunk`, `platforms`,
@@ -147,26 +147,3 @@ def _check_stage_lists(doc: dict[str, Any], where: str) -> None:
             if sid in seen:
                 raise DeployFileError(f"{where}: {dotted(prefix + (sid,))}: stage_id listed twice")
             seen.add(sid)
-
-
-def main() -> int:
-    """`python -m reference.deploy.schema`: every shipped profile (and its base_config chain) against schema.json."""
-    import sys
-
-    from reference.deploy.loader import PROFILES_DIR, load_chain
-
-    profiles = sorted(PROFILES_DIR.glob("*.yaml"))
-    problems = []
-    for path in profiles:
-        try:
-            load_chain(path)
-        except DeployFileError as exc:
-            problems.append(str(exc))
-    for line in problems:
-        print(line, file=sys.stderr)
-    print(f"{len(profiles)} deploy profiles: {'all valid' if not problems else f'{len(problems)} invalid'}")
-    return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
