@@ -28,6 +28,8 @@ import yaml
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
+from reference.deploy.loader import independent_copy  # every alias of an anchor its own copy
+
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = ROOT / "conformance" / "cases"
 SCHEMAS_DIR = ROOT / "conformance" / "schemas"
@@ -36,15 +38,6 @@ BANNED_WORDING = ("should", "test that")
 
 class CaseFileError(ValueError):
     """A case file that breaks its schema or the suite's conventions."""
-
-
-def independent_copy(node: Any) -> Any:
-    """yaml.safe_load returns one shared object per anchor; rebuild so every alias is its own copy."""
-    if isinstance(node, dict):
-        return {k: independent_copy(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [independent_copy(v) for v in node]
-    return node
 
 
 def read_yaml(path: Path) -> Any:

@@ -68,3 +68,12 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--install-upstream"]:
         raise SystemExit("usage: python -m conformance.deploy_cases --install-upstream")
     raise SystemExit(install_upstream())
+
+
+def value_at(tree: Any, dotted: str) -> Any:
+    """The value at a dotted key of a resolved configuration ("stages.0.max_num_seqs")."""
+    node = tree
+    for part in dotted.split("."):
+        key = int(part) if part.isdigit() and int(part) in node else part
+        node = node[key]
+    return node

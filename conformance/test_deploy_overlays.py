@@ -5,18 +5,10 @@ from dataclasses import asdict
 import pytest
 
 from conformance.case_files import load, params
-from conformance.deploy_cases import fill
+from conformance.deploy_cases import fill, value_at
 from reference.deploy.resolve import load_chain, load_yaml, merge_chain, resolve_deployment
 
 pytestmark = pytest.mark.cpu
-
-
-def _get(tree, dotted):
-    node = tree
-    for part in dotted.split("."):
-        key = int(part) if part.isdigit() and int(part) in node else part
-        node = node[key]
-    return node
 
 
 def _write(directory, files):
@@ -38,7 +30,7 @@ def test_overlay_case(case, tmp_path):
     d = resolve_deployment(profile, case["platform"], case.get("overrides"))
     tree = dict(d.config, geometry=asdict(d.geometry), engine_kwargs=d.engine_kwargs)
     for key, value in case["expect"].get("values", {}).items():
-        assert _get(tree, key) == value, key
+        assert value_at(tree, key) == value, key
     for key, origin in case["expect"].get("origins", {}).items():
         assert d.origins[key] == origin, key
 

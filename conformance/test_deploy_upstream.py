@@ -6,24 +6,16 @@ from dataclasses import astuple
 import pytest
 
 from conformance.case_files import params
-from conformance.deploy_cases import fill, needs_upstream, upstream_deploy_dir
+from conformance.deploy_cases import fill, needs_upstream, upstream_deploy_dir, value_at
 from reference.deploy.resolve import resolve_deployment
 
 pytestmark = [pytest.mark.cpu, needs_upstream]
 LOGGER = "higgs_ref.deploy"
 
 
-def _get(tree, dotted):
-    node = tree
-    for part in dotted.split("."):
-        key = int(part) if part.isdigit() and int(part) in node else part
-        node = node[key]
-    return node
-
-
 def _has(tree, dotted):
     try:
-        _get(tree, dotted)
+        value_at(tree, dotted)
     except (KeyError, TypeError):
         return False
     return True
@@ -49,7 +41,7 @@ def test_upstream_case(case, tmp_path, caplog):
     assert list(astuple(d.geometry)) == want["geometry"]
     tree = dict(d.config, engine_kwargs=d.engine_kwargs, codec_stage=d.codec_stage)
     for key, value in want.get("values", {}).items():
-        assert _get(tree, key) == value, key
+        assert value_at(tree, key) == value, key
     for key in want.get("absent", []):
         assert not _has(tree, key), key
     for key, origin in want.get("origins", {}).items():
