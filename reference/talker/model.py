@@ -13,6 +13,12 @@ buffer keeps the forward free of Python branching, so it can be captured in a CU
 Sampling belongs to the model too (reference/talker/step.py): `compute_logits` keeps the audio
 logits for the talker's sampler and returns LM logits in which only `<|audio|>` and EOS are
 finite, so the full-vocabulary head is never computed.
+
+Tensor parallel: every table is a vLLM vocab-parallel layer, so each rank holds a shard of rows.
+The audio head multiplies by the local shard and all-gathers the logits (every rank samples, so
+every rank needs the whole [8, 1026]); the two LM rows are looked up through the layer's own
+masked lookup and all-reduce. Every rank then holds the same logits and draws the same codes,
+which keeps the ranks' talker states (reference/talker/runner_v1.py, runner_v2.py) identical.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 from vllm.config import VllmConfig
+from vllm.distributed import get_tensor_model_parallel_world_size, tensor_model_parallel_all_gather
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.qwen3 import Qwen3Model
@@ -72,6 +79,7 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
             "lm_ids", torch.tensor([self.special.audio, self.special.eos], dtype=torch.long), persistent=False
         )
         self.last_audio_logits: torch.Tensor | None = None  # [num_logits, 8, 1026] float32
+        self.tp_size = get_tensor_model_parallel_world_size()
         self.make_empty_intermediate_tensors = self.body.make_empty_intermediate_tensors
 
     # -- V2: the model owns its state and sampler --------------------------------------------
@@ -107,13 +115,25 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
         return self.body(None, positions, intermediate_tensors, inputs_embeds)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        table = self.audio_head.weight[: NUM_CODEBOOKS * CODEBOOK_VOCAB]
-        self.last_audio_logits = (hidden_states.float() @ table.float().t()).view(-1, NUM_CODEBOOKS, CODEBOOK_VOCAB)
-        allowed = hidden_states @ self.text_head.weight[self.lm_ids].t()  # [T, 2]
+        self.last_audio_logits = self.audio_logits(hidden_states)
+        allowed = hidden_states @ self.lm_rows().t()  # [T, 2]
         logits = torch.full(
             (hidden_states.shape[0], self.vocab_size), float("-inf"), dtype=allowed.dtype, device=allowed.device
         )
         return logits.index_copy_(1, self.lm_ids, allowed)
+
+    def audio_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The whole audio head's logits on every rank, in float32. [T, D] -> [T, 8, 1026]"""
+        local = hidden_states.float() @ self.audio_head.weight.float().t()  # [T, this rank's rows (padded)]
+        if self.tp_size > 1:
+            local = tensor_model_parallel_all_gather(local, dim=-1)  # the shards in rank order
+        return local[:, : NUM_CODEBOOKS * CODEBOOK_VOCAB].view(-1, NUM_CODEBOOKS, CODEBOOK_VOCAB)
+
+    def lm_rows(self) -> torch.Tensor:
+        """The text head's rows of `<|audio|>` and EOS, whole on every rank. [2, D]
+        The head may be an LM head, whose forward refuses lookups: its parent class's lookup is
+        the same masked gather plus all-reduce over the shards."""
+        return VocabParallelEmbedding.forward(self.text_head, self.lm_ids)
 
     # -- weights -----------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
