@@ -2,6 +2,7 @@
 batch size and in-flight limit change what it does, close and failure, the event loop runs on."""
 
 import asyncio
+import copy
 import dataclasses
 import threading
 import time
@@ -242,3 +243,17 @@ def test_settings_come_from_the_resolved_deployment_and_bad_ones_are_named():
         CodecStage(codec, 4, True)
     with pytest.raises(ValueError, match="no geometry"):
         CodecStage(codec, 4, 2).open()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", ["tiny", "4b"])
+def test_on_cuda_batched_streams_stitch_into_the_offline_decode(size):
+    # cuDNN picks its algorithm per batch shape (reference/codec/model.py decodes in full float32).
+    codec = copy.deepcopy(fixture_codec(size)).to("cuda")
+    clips = [codes_of(60, seed) for seed in range(8)]
+    stage = CodecStage(codec, 8, 2)
+    streamed = asyncio.run(lockstep(stage, clips))
+    assert max(stage.record.batch_sizes) == 8
+    for codes, chunks in zip(clips, streamed):
+        measured = agreement(torch.cat(chunks), codec.decode(codes))
+        assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], measured

@@ -1,11 +1,13 @@
 """The code2wav stage: one codec worker per engine, decoding the ready chunks of every stream in
 batches, with back-pressure per stream. It is what reads the deploy profile's codec settings
 (`CodecStage.from_deployment`): stage 1's `max_num_seqs` is the batch, the talker connector's
-`extra.max_inflight_chunks` the per-stream limit (2 where a file does not set it, as upstream's).
+`extra.max_inflight_chunks` the per-stream limit (2 where the file does not set it: upstream's
+files never do).
 
-- A stream (`open`) cuts its frames into windows with the geometry (ChunkCutter,
-  reference/codec/streaming.py) as its producer pushes them (`push`, `finish`); its consumer takes
-  the PCM chunks in order (`next_chunk`). `stream(frames)` runs both over an async iterator.
+- A stream (`open`, reference/codec/stage_stream.py) cuts its frames into windows with the
+  geometry (ChunkCutter, reference/codec/streaming.py) as its producer pushes them (`push`,
+  `finish`); its consumer takes the PCM chunks in order (`next_chunk`). `stream(frames)` runs both
+  over an async iterator of frames, the producer in a task of its own.
 - Back-pressure: a stream has at most `max_inflight_chunks` chunks submitted and not yet taken by
   its consumer; at the limit `push` waits before cutting the next chunk.
 - Batching: while windows are pending, one worker task takes the oldest pending window's length
@@ -32,20 +34,18 @@ import torch
 
 from reference.codec.geometry import StreamGeometry
 from reference.codec.model import Codec
-from reference.codec.streaming import ChunkCutter, Window
+from reference.codec.stage_stream import Job, StageStream, StreamClosed, feed
+from reference.codec.streaming import Window
+
+__all__ = ["CodecStage", "CodecStageError", "StageRecord", "StageStream", "StreamClosed"]
 
 DEFAULT_MAX_INFLIGHT_CHUNKS = 2
 BATCH_SETTING = "stages.1.max_num_seqs (the codec batch)"
 INFLIGHT_SETTING = "extra.max_inflight_chunks of the talker's output connector"
-_END = object()
 
 
 class CodecStageError(RuntimeError):
     """A decode of the stage failed; raised by every stream with a chunk in that batch."""
-
-
-class StreamClosed(RuntimeError):
-    """A closed stream was pushed to or read from."""
 
 
 @dataclass
@@ -53,13 +53,6 @@ class StageRecord:
     batch_sizes: list[int] = field(default_factory=list)  # windows per decode, in order
     most_inflight: int = 0  # the most chunks one stream had submitted and not yet delivered
     dropped: int = 0  # chunks of closed streams, never delivered
-
-
-@dataclass(eq=False)
-class _Job:
-    stream: StageStream | None  # None: a whole decode (CodecStage.decode)
-    window: Window
-    future: asyncio.Future
 
 
 def _setting(name: str, value) -> int:
@@ -76,7 +69,7 @@ class CodecStage:
         self.max_batch_size = _setting(BATCH_SETTING, max_batch_size)
         self.max_inflight_chunks = _setting(INFLIGHT_SETTING, max_inflight_chunks)
         self.record = StageRecord()
-        self._pending: list[_Job] = []
+        self._pending: list[Job] = []
         self._worker: asyncio.Task | None = None
 
     @classmethod
@@ -109,7 +102,7 @@ class CodecStage:
         """frames [8, n] as they arrive -> PCM chunks [frames * 960] in order. A task feeds the
         stream; closing this iterator cancels it, which closes `frames` (aborting its request)."""
         stream = self.open(geometry)
-        feeder = asyncio.create_task(_feed(stream, frames))
+        feeder = asyncio.create_task(feed(stream, frames))
         try:
             while (chunk := await stream.next_chunk()) is not None:
                 yield chunk
@@ -122,10 +115,10 @@ class CodecStage:
         """A whole clip [8, T] -> PCM [T * 960], decoded by the worker like any window."""
         self.codec.check_codes(codes)
         future = asyncio.get_running_loop().create_future()
-        self._submit(_Job(None, Window(codes.to(torch.long).cpu(), 0, codes.shape[1]), future))
+        self._submit(Job(None, Window(codes.to(torch.long).cpu(), 0, codes.shape[1]), future))
         return await future
 
-    def _submit(self, job: _Job) -> None:
+    def _submit(self, job: Job) -> None:
         self._pending.append(job)
         if self._worker is None or self._worker.done():
             self._worker = asyncio.get_running_loop().create_task(self._run())
@@ -162,94 +155,7 @@ class CodecStage:
                     job.future.set_result(chunk)
 
 
-class StageStream:
-    """One stream's side of the stage: a producer pushes frames, a consumer takes chunks."""
-
-    def __init__(self, stage: CodecStage, geometry: StreamGeometry) -> None:
-        self.stage = stage
-        self.cutter = ChunkCutter(geometry, stage.codec.cfg.num_codebooks)
-        self._room = asyncio.Semaphore(stage.max_inflight_chunks)
-        self._out: asyncio.Queue = asyncio.Queue()  # futures of the chunks in order, then _END or an error
-        self.inflight = 0  # chunks submitted and not yet delivered
-        self.closed = False
-
-    def _check_open(self, what: str) -> None:
-        if self.closed:
-            raise StreamClosed(f"{what} on a closed stage stream: open a new one per stream")
-
-    async def push(self, frames: torch.Tensor) -> None:
-        """frames LongTensor [8, n] (reverted, real); waits while the stream is at its limit."""
-        self._check_open("push")
-        self.stage.codec.check_codes(frames)
-        self.cutter.add(frames)
-        await self._submit_ready()
-
-    async def finish(self) -> None:
-        """Ends the stream: the rest is cut in chunks of the usual sizes."""
-        self._check_open("finish")
-        self.cutter.end()
-        await self._submit_ready()
-        self._out.put_nowait(_END)
-
-    def fail(self, error: Exception) -> None:
-        """The producer failed: the consumer raises `error` after the chunks already submitted."""
-        self._out.put_nowait(error)
-
-    async def _submit_ready(self) -> None:
-        while self.cutter.ready():
-            await self._room.acquire()  # back-pressure: no cut beyond max_inflight_chunks
-            self._check_open("push")
-            self.inflight += 1
-            self.stage.record.most_inflight = max(self.stage.record.most_inflight, self.inflight)
-            future = asyncio.get_running_loop().create_future()
-            self._out.put_nowait(future)
-            self.stage._submit(_Job(self, self.cutter.cut(), future))
-
-    async def next_chunk(self) -> torch.Tensor | None:
-        """The next PCM chunk [frames * 960], None after the last; raises a codec or producer error."""
-        self._check_open("next_chunk")
-        item = await self._out.get()
-        if item is _END:
-            self._out.put_nowait(_END)  # stays ended
-            return None
-        if isinstance(item, Exception):
-            raise item
-        try:
-            return await item
-        finally:
-            self.inflight -= 1
-            self._room.release()
-
-    def close(self) -> None:
-        """Drops what is pending or undelivered; wakes a producer waiting for room (it raises)."""
-        if self.closed:
-            return
-        self.closed = True
-        self.stage._drop(self)
-        while not self._out.empty():
-            item = self._out.get_nowait()
-            if isinstance(item, asyncio.Future):
-                item.cancel()
-                self.stage.record.dropped += 1
-        self._room.release()
-
-
-def _fail(jobs: list[_Job], error: Exception) -> None:
+def _fail(jobs: list[Job], error: Exception) -> None:
     for job in jobs:
         if not job.future.done():
             job.future.set_exception(error)
-
-
-async def _feed(stream: StageStream, frames: AsyncIterator[torch.Tensor]) -> None:
-    try:
-        async for chunk_frames in frames:
-            await stream.push(chunk_frames)
-        await stream.finish()
-    except StreamClosed:
-        pass  # the consumer left
-    except Exception as exc:  # the source (the engine) or bad codes: the consumer raises it
-        stream.fail(exc)
-    finally:
-        aclose = getattr(frames, "aclose", None)
-        if aclose is not None:
-            await aclose()
