@@ -25,7 +25,6 @@ import json
 import statistics
 import time
 import uuid
-from collections import Counter
 
 import torch
 
@@ -55,7 +54,7 @@ async def _one(api: SpeechAPI, max_tokens: int) -> dict:
 
 async def _level(api, concurrency: int, rounds: int, max_tokens: int) -> dict:
     per_request, audio_total, wall_total = [], 0.0, 0.0
-    api.stage.record.batch_sizes.clear()
+    api.stage.record.batches.clear()
     for _ in range(rounds):
         start = time.perf_counter()
         results = await asyncio.gather(*[_one(api, max_tokens) for _ in range(concurrency)])
@@ -69,7 +68,7 @@ async def _level(api, concurrency: int, rounds: int, max_tokens: int) -> dict:
         "rtf_median": statistics.median(r["rtf"] for r in per_request),
         "audio_s_per_s": audio_total / wall_total,
         "audio_s_per_request": statistics.median(r["audio_s"] for r in per_request),
-        "codec_batches": dict(sorted(Counter(api.stage.record.batch_sizes).items())),  # batch size -> decodes
+        "codec_batches": dict(sorted(api.stage.record.batches.items())),  # batch size -> decodes
     }
 
 

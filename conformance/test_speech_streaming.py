@@ -77,7 +77,7 @@ def test_streamed_chunks_stitch_into_the_offline_decode(case, speech, record_pro
 def test_concurrent_streams_are_batched_and_each_stitches_into_its_offline_decode(case, speech):
     loop, api, codec = speech
     geometry = StreamGeometry(**case["geometry"])
-    before = len(api.stage.record.batch_sizes)
+    before = api.stage.record.batches.copy()
 
     async def one(i, prompt_id):
         return [c async for c in api.stream_audio(_request(prompt_id), f"{case['id']}-{i}", geometry)]
@@ -86,8 +86,8 @@ def test_concurrent_streams_are_batched_and_each_stitches_into_its_offline_decod
         return await asyncio.gather(*[one(i, p) for i, p in enumerate(case["prompts"])])
 
     streams = loop.run_until_complete(run())
-    batches = api.stage.record.batch_sizes[before:]
-    print(f"{case['id']}: codec batches {batches}")
+    batches = api.stage.record.batches - before  # batch size -> decodes
+    print(f"{case['id']}: codec batches {dict(batches)}")
     for prompt_id, chunks in zip(case["prompts"], streams):
         offline = codec.decode(rows_to_frames(torch.tensor(GOLDENS[prompt_id]["rows"])))
         measured = agreement(torch.cat(chunks), offline)

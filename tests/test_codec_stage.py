@@ -83,9 +83,9 @@ def test_the_codec_batch_setting_changes_the_batching():
     asyncio.run(lockstep(one, clips))
     asyncio.run(lockstep(four, clips))
     chunks = 4 * len(stream_chunks(fixture_codec(), clips[0], SMALL))
-    assert one.record.batch_sizes == [1] * chunks
-    assert sum(four.record.batch_sizes) == chunks and max(four.record.batch_sizes) == 4
-    assert len(four.record.batch_sizes) < chunks // 2
+    assert one.record.batches == {1: chunks}
+    assert sum(size * n for size, n in four.record.batches.items()) == chunks and max(four.record.batches) == 4
+    assert four.record.batches.total() < chunks // 2
 
 
 @pytest.mark.parametrize("limit", [1, 3])
@@ -253,7 +253,7 @@ def test_on_cuda_batched_streams_stitch_into_the_offline_decode(size):
     clips = [codes_of(60, seed) for seed in range(8)]
     stage = CodecStage(codec, 8, 2)
     streamed = asyncio.run(lockstep(stage, clips))
-    assert max(stage.record.batch_sizes) == 8
+    assert max(stage.record.batches) == 8
     for codes, chunks in zip(clips, streamed):
         measured = agreement(torch.cat(chunks), codec.decode(codes))
         assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], measured

@@ -151,7 +151,8 @@ class Codec(nn.Module):
         A batch of one runs exactly decode's operations."""
         if not isinstance(codes, torch.Tensor) or codes.ndim != 3:
             shape = tuple(codes.shape) if hasattr(codes, "shape") else type(codes).__name__
-            raise ValueError(f"codes must be a [B, {self.cfg.num_codebooks}, T] tensor (window, codebook, frame), got {shape}")
+            n = self.cfg.num_codebooks
+            raise ValueError(f"codes must be a [B, {n}, T] tensor (window, codebook, frame), got {shape}")
         for window in codes:
             self.check_codes(window)
         codes = codes.to(device=self.codebooks.device, dtype=torch.long)

@@ -21,12 +21,13 @@ files never do).
 - close() takes a stream's pending windows out of the queue and drops its undelivered chunks;
   nothing reaches a closed stream. A failed decode fails every chunk of its batch with
   CodecStageError, which their consumers raise; the worker goes on with the rest.
-- `record`: each batch's size, the most chunks in flight of any stream, the chunks dropped.
+- `record`: decodes per batch size, the most chunks in flight of any stream, the chunks dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -50,7 +51,7 @@ class CodecStageError(RuntimeError):
 
 @dataclass
 class StageRecord:
-    batch_sizes: list[int] = field(default_factory=list)  # windows per decode, in order
+    batches: Counter = field(default_factory=Counter)  # batch size -> decodes (bounded, unlike a log)
     most_inflight: int = 0  # the most chunks one stream had submitted and not yet delivered
     dropped: int = 0  # chunks of closed streams, never delivered
 
@@ -137,7 +138,7 @@ class CodecStage:
             length = self._pending[0].window.codes.shape[1]
             batch = [j for j in self._pending if j.window.codes.shape[1] == length][: self.max_batch_size]
             self._pending = [j for j in self._pending if j not in batch]
-            self.record.batch_sizes.append(len(batch))
+            self.record.batches[len(batch)] += 1
             try:
                 chunks = await asyncio.to_thread(self._decode, [j.window for j in batch])
             except asyncio.CancelledError:  # the loop is going away: fail everything, hang nothing
