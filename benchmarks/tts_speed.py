@@ -11,7 +11,10 @@ concurrency level, `c` streams run at once, `--rounds` times:
   V2 waits for an 8-frame window plus holdback, V1 for one frame plus holdback);
 - RTF: a request's wall time / its audio duration;
 - audio s/s: all audio seconds produced at that level / the level's wall time.
-Medians are reported. The codec decodes on the device of the profile's code2wav stage (stage 1).
+Medians are reported. The codec decodes on the device of the profile's code2wav stage (stage 1),
+in the engine's code2wav stage (reference/codec/stage.py): the chunks of all streams batched up
+to stage 1's max_num_seqs, the connector's max_inflight_chunks per stream; each level reports the
+stage's batch sizes.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 
 from higgs_dummy.cache import cached_checkpoint
 from reference.codec.model import load_codec
+from reference.codec.stage import CodecStage
 from reference.deploy.resolve import resolve_deployment
 from reference.talker.engine import deployment_engine_kwargs, stage_device, start_async_llm
 from reference.speech import SpeechAPI, SpeechRequest
@@ -35,24 +39,25 @@ PROFILES = {"v2": "default", "v1": "high_throughput"}
 TEXT = "Model Runner V2 keeps the talker state on the device and streams audio in codec windows."
 
 
-async def _one(api: SpeechAPI, codec, geometry, max_tokens: int) -> dict:
+async def _one(api: SpeechAPI, max_tokens: int) -> dict:
     start = time.perf_counter()
     first, samples = None, 0
     request = SpeechRequest(TEXT, sampling={"temperature": 0.0, "max_tokens": max_tokens})
-    async for chunk in api.stream_audio(request, uuid.uuid4().hex, codec, geometry):
+    async for chunk in api.stream_audio(request, uuid.uuid4().hex):
         if first is None:
             first = time.perf_counter() - start
         samples += chunk.numel()
     wall = time.perf_counter() - start
-    audio = samples / codec.sample_rate
+    audio = samples / api.stage.codec.sample_rate
     return {"ttfa_s": first, "wall_s": wall, "audio_s": audio, "rtf": wall / audio}
 
 
-async def _level(api, codec, geometry, concurrency: int, rounds: int, max_tokens: int) -> dict:
+async def _level(api, concurrency: int, rounds: int, max_tokens: int) -> dict:
     per_request, audio_total, wall_total = [], 0.0, 0.0
+    api.stage.record.batches.clear()
     for _ in range(rounds):
         start = time.perf_counter()
-        results = await asyncio.gather(*[_one(api, codec, geometry, max_tokens) for _ in range(concurrency)])
+        results = await asyncio.gather(*[_one(api, max_tokens) for _ in range(concurrency)])
         wall_total += time.perf_counter() - start
         audio_total += sum(r["audio_s"] for r in results)
         per_request += results
@@ -63,6 +68,7 @@ async def _level(api, codec, geometry, concurrency: int, rounds: int, max_tokens
         "rtf_median": statistics.median(r["rtf"] for r in per_request),
         "audio_s_per_s": audio_total / wall_total,
         "audio_s_per_request": statistics.median(r["audio_s"] for r in per_request),
+        "codec_batches": dict(sorted(api.stage.record.batches.items())),  # batch size -> decodes
     }
 
 
@@ -80,12 +86,13 @@ def bench_runner(runner: str, args, platform: str) -> dict:
     engine = start_async_llm(checkpoint, runner, **kwargs)
     boot = time.perf_counter() - boot
     codec = load_codec(checkpoint, device=stage_device(deployment, deployment.codec_stage))  # stage 1's device
-    api = SpeechAPI(engine, checkpoint, runner)
+    stage = CodecStage.from_deployment(deployment, codec)
+    api = SpeechAPI(engine, checkpoint, runner, stage=stage)
     loop = asyncio.new_event_loop()
     try:
-        loop.run_until_complete(_level(api, codec, deployment.geometry, 2, 1, 32))  # warm-up
+        loop.run_until_complete(_level(api, 2, 1, 32))  # warm-up
         levels = [
-            loop.run_until_complete(_level(api, codec, deployment.geometry, c, args.rounds, args.max_tokens))
+            loop.run_until_complete(_level(api, c, args.rounds, args.max_tokens))
             for c in args.concurrency
         ]
     finally:

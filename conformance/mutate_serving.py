@@ -17,7 +17,7 @@ from conformance.mutation_run import main, mutations_from_table
 
 PROTOCOL, AUDIO, APP, WAV = ("reference/serve/protocol.py", "reference/serve/audio.py", "reference/serve/app.py",
                              "reference/serve/wav.py")
-V1 = "reference/talker/runner_v1.py"
+V1, STAGE = "reference/talker/runner_v1.py", "reference/codec/stage.py"
 
 
 def serving(selection: str) -> tuple[str, ...]:
@@ -32,9 +32,9 @@ MUTATIONS = [
     ("an empty input answered 500 (the check dropped: the prompt builder raises)", PROTOCOL,
      "    if not text.strip():\n        raise RequestError(400, \"input\", \"'input' is empty: give the text to speak\")\n",
      "", serving("test_bad_input and (empty_input or whitespace_input)")),
-    ("a disconnect that does not abort (the producer runs on)", AUDIO,
-     "                producer.cancel()  # the client left: abort the engine request",
-     "                pass", ABORT),
+    ("a disconnect that does not abort (the producer runs on)", STAGE,
+     "            stream.close()\n            feeder.cancel()\n            await asyncio.gather(feeder, return_exceptions=True)",
+     "            pass", ABORT),
     ("a talker slot not freed when its request ends (aborted ones included)", V1,
      "            self.talker_requests.pop(req_id, None)\n",
      "            pass\n", ABORT),

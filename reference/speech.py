@@ -1,6 +1,7 @@
 """The speech API over a talker engine: text (and an optional reference voice, as audio or as
 codec codes) in, codes and PCM out; offline with `LLM`, streaming with `AsyncLLM`, where closing
-the stream aborts it."""
+the stream aborts it. Streamed PCM comes from the engine's one code2wav stage
+(reference/codec/stage.py), which batches the chunks of all streams."""
 
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from reference.codebooks import NUM_CODEBOOKS
 from reference.codec.delay_pattern import real_frames, revert_delay, rows_to_frames
 from reference.codec.encoder import load_encoder
 from reference.codec.geometry import StreamGeometry
-from reference.codec.model import Codec
-from reference.codec.streaming import StreamingDecoder
+from reference.codec.stage import CodecStage
 from reference.codec.wav_io import read_wav
 from reference.deploy.sampling import validate_sampling_params
 from reference.talker import code_channel, prompts
@@ -52,8 +52,10 @@ class SpeechResult:
 
 
 class SpeechAPI:
-    def __init__(self, engine, checkpoint: str | Path, runner: str, default_max_tokens: int = 2048):
+    def __init__(self, engine, checkpoint: str | Path, runner: str, default_max_tokens: int = 2048,
+                 stage: CodecStage | None = None):
         self.engine = engine
+        self.stage = stage  # code2wav for stream_audio: CodecStage.from_deployment(...)
         self.runner = runner
         self.checkpoint = Path(checkpoint)
         self.tokenizer = load_tokenizer(checkpoint)
@@ -121,20 +123,24 @@ class SpeechAPI:
             if rows:
                 yield rows
 
-    async def stream_audio(
-        self, request: SpeechRequest, request_id: str, codec: Codec, geometry: StreamGeometry
-    ) -> AsyncIterator[torch.Tensor]:
-        """Streaming PCM chunks (24 kHz float) cut by `geometry`; closing the iterator aborts."""
-        decoder, frames = StreamingDecoder(codec, geometry), RowsToFrames()
-        rows = self.stream_rows(request, request_id)
+    async def stream_frames(self, request: SpeechRequest, request_id: str) -> AsyncIterator[torch.Tensor]:
+        """Real codec frames [8, n] as their rows arrive (n may be 0); closing the iterator aborts."""
+        rows, frames = self.stream_rows(request, request_id), RowsToFrames()
         try:
             async for new_rows in rows:
-                for chunk in decoder.push(frames.add(new_rows)):
-                    yield chunk
+                yield frames.add(new_rows)
         finally:
             await rows.aclose()  # aborts the engine request when the caller stopped early
-        for chunk in decoder.finish():
-            yield chunk
+
+    def stream_audio(
+        self, request: SpeechRequest, request_id: str, geometry: StreamGeometry | None = None
+    ) -> AsyncIterator[torch.Tensor]:
+        """Streaming PCM chunks (24 kHz float) cut by `geometry` (default: the stage's), decoded by
+        the code2wav stage; closing the iterator aborts the request."""
+        if self.stage is None:
+            raise ValueError("SpeechAPI.stream_audio needs a code2wav stage: SpeechAPI(..., "
+                             "stage=CodecStage.from_deployment(deployment, codec))")
+        return self.stage.stream(self.stream_frames(request, request_id), geometry)
 
 
 class RowsToFrames:

@@ -29,7 +29,7 @@ SHIPPED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 
 
 def test_shipped_profiles():
-    assert SHIPPED == ["default", "h200_v2", "high_throughput", "low_latency"]
+    assert SHIPPED == ["default", "h200_v2", "high_throughput", "high_throughput_v2", "low_latency", "low_latency_v2"]
 
 
 def test_schema_is_valid_draft_2020_12():
@@ -89,6 +89,34 @@ def test_h200_profile_is_larger_than_default():
     sizes = h200.engine_kwargs["compilation_config"]["cudagraph_capture_sizes"]
     assert max(sizes) == h200.engine_kwargs["max_num_seqs"] == h200.codec_stage["max_num_seqs"]
     assert h200.engine_kwargs["gpu_memory_utilization"] > default.engine_kwargs["gpu_memory_utilization"]
+
+
+def test_low_latency_v2_streams_its_first_frame_after_18_talker_steps_and_stitches_exactly():
+    d = resolve_deployment("low_latency_v2", "cuda")
+    assert (d.runner, astuple(d.geometry)) == ("v2", (1, 25, 10, 10))
+    assert d.options.window_aligned_first_chunk is False  # the switch's off position: a 1-frame first chunk
+    assert d.origins["options.window_aligned_first_chunk"] == "reference/deploy/profiles/low_latency_v2.yaml"
+    delay_rows = 7  # frame t needs delay-pattern rows t .. t + 7
+    assert d.geometry.first_chunk_frames + d.geometry.right_holdback_frames + delay_rows == 18
+    assert check_stream(d.geometry).exact and check_stream(d.geometry).measured.case_id == "low_latency_v2"
+    with pytest.raises(ValueError, match="1 frames is not a whole number of 8-frame codec windows"):
+        resolve_deployment("low_latency_v2", "cuda", {"features.window_aligned_first_chunk": True})
+
+
+def test_high_throughput_v2_graphs_sequences_and_codec_batch_go_to_64():
+    d = resolve_deployment("high_throughput_v2", "cuda")
+    assert (d.runner, d.engine_kwargs["enforce_eager"], d.geometry) == ("v2", False, DEFAULT_GEOMETRY)
+    assert d.engine_kwargs["compilation_config"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+    sizes = d.engine_kwargs["compilation_config"]["cudagraph_capture_sizes"]
+    assert max(sizes) == d.engine_kwargs["max_num_seqs"] == d.codec_stage["max_num_seqs"] == 64
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_v2_geometry_stitches_exactly(name):
+    # V1 keeps upstream's geometry on purpose (holdback 4); a V2 profile we ship must equal the offline decode.
+    d = resolve_deployment(name, "cuda")
+    if d.runner == "v2":
+        assert check_stream(d.geometry).exact, check_stream(d.geometry).summary()
 
 
 def test_resolved_deployment_is_frozen():

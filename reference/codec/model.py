@@ -140,14 +140,30 @@ class Codec(nn.Module):
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """codes LongTensor [8, T] -> float PCM [T * 960] at 24 kHz."""
         self.check_codes(codes)
+        return self.decode_batch(codes.unsqueeze(0))[0]  # [T * 960]
+
+    @torch.no_grad()
+    def decode_batch(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes LongTensor [B, 8, T] (windows of one length) -> float PCM [B, T * 960].
+
+        Item b equals decode(codes[b]) up to float rounding: the convolutions may pick another
+        algorithm for another batch size (CPU, 2026-12: about 2e-6 apart, tests/test_codec_stage.py).
+        A batch of one runs exactly decode's operations."""
+        if not isinstance(codes, torch.Tensor) or codes.ndim != 3:
+            shape = tuple(codes.shape) if hasattr(codes, "shape") else type(codes).__name__
+            n = self.cfg.num_codebooks
+            raise ValueError(f"codes must be a [B, {n}, T] tensor (window, codebook, frame), got {shape}")
+        for window in codes:
+            self.check_codes(window)
         codes = codes.to(device=self.codebooks.device, dtype=torch.long)
-        if codes.shape[1] == 0:
-            return torch.zeros(0, dtype=self.codebooks.dtype, device=self.codebooks.device)
+        if codes.shape[2] == 0:
+            return torch.zeros(codes.shape[0], 0, dtype=self.codebooks.dtype, device=self.codebooks.device)
+        hidden = torch.cat([self.quantized(window) for window in codes])  # [B, 256, T]
         # Full float32 convolutions on CUDA: cuDNN's TF32 (on by default) picks its algorithm per
         # input length, so a streamed window and the whole clip would round differently (seen on
         # the H200: 55-76 dB between the stream and the offline decode, against 110 dB here).
         with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):
-            return self.acoustic_decoder(self.quantized(codes))[0, 0]  # [T * 960]
+            return self.acoustic_decoder(hidden)[:, 0]  # [B, T * 960]
 
 
 def read_codec_config(checkpoint_dir: str | Path) -> CodecConfig:

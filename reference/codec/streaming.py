@@ -26,6 +26,68 @@ _KERNEL = 7  # the decoder's same-length convs (first, residual, last)
 _DILATIONS = (1, 3, 9)
 
 
+@dataclass(frozen=True)
+class Window:
+    """One chunk's decode window: the frames to decode, and which of them the chunk emits."""
+
+    codes: torch.Tensor  # [8, n] left context + the chunk's frames + look-ahead
+    emit_from: int  # frames of left context in front of the chunk
+    emit_frames: int  # the chunk's frames
+
+    def trim(self, pcm: torch.Tensor, hop: int) -> torch.Tensor:
+        """The window's PCM [n * hop] -> the chunk's [emit_frames * hop]."""
+        return pcm[self.emit_from * hop : (self.emit_from + self.emit_frames) * hop]
+
+
+class ChunkCutter:
+    """Where the chunks of one stream fall: frames in with `add`, windows out with `cut` while
+    `ready()`; after `end()` the rest is ready in chunks of the usual sizes. Decodes nothing, so a
+    decoder can take its windows alone (StreamingDecoder) or batched (reference/codec/stage.py)."""
+
+    def __init__(self, geometry: StreamGeometry, num_codebooks: int) -> None:
+        self.geometry = geometry
+        self.frames = torch.zeros(num_codebooks, 0, dtype=torch.long)  # [8, received]
+        self.emitted = 0  # frames already cut into chunks
+        self.ended = False
+
+    def _next_size(self) -> int:
+        return self.geometry.first_chunk_frames if self.emitted == 0 else self.geometry.chunk_frames
+
+    def add(self, frames: torch.Tensor) -> None:
+        """frames LongTensor [8, n] (reverted, real)."""
+        if self.ended:
+            raise RuntimeError("frames pushed after finish(): start a new decoder or stage stream per stream")
+        self.frames = torch.cat([self.frames, frames.to(torch.long).cpu()], dim=1)
+
+    def end(self) -> None:
+        if self.ended:
+            raise RuntimeError("finish() called twice on one stream")
+        self.ended = True
+
+    def ready(self) -> bool:
+        """A chunk can be cut: its frames and full look-ahead arrived (after end(): any frame left)."""
+        left = self.frames.shape[1] - self.emitted
+        return left > 0 if self.ended else left >= self._next_size() + self.geometry.right_holdback_frames
+
+    def cut(self) -> Window:
+        if not self.ready():
+            raise RuntimeError("ChunkCutter.cut: no chunk is ready (check ready() first)")
+        g = self.geometry
+        size = min(self._next_size(), self.frames.shape[1] - self.emitted)
+        end = self.emitted + size
+        start = max(0, self.emitted - g.left_context_frames)
+        stop = min(self.frames.shape[1], end + g.right_holdback_frames)
+        window = Window(self.frames[:, start:stop], self.emitted - start, size)
+        self.emitted = end
+        return window
+
+    def windows(self) -> list[Window]:
+        """Every window ready now."""
+        out = []
+        while self.ready():
+            out.append(self.cut())
+        return out
+
 
 class StreamingDecoder:
     """Feed real frames with `push`, end with `finish`; both return the PCM chunks now ready."""
@@ -33,43 +95,23 @@ class StreamingDecoder:
     def __init__(self, codec: Codec, geometry: StreamGeometry) -> None:
         self.codec = codec
         self.geometry = geometry
-        self.frames = torch.zeros(codec.cfg.num_codebooks, 0, dtype=torch.long)  # [8, received]
-        self.emitted = 0  # frames already turned into PCM
-        self.finished = False
+        self.cutter = ChunkCutter(geometry, codec.cfg.num_codebooks)
 
-    def _next_size(self) -> int:
-        return self.geometry.first_chunk_frames if self.emitted == 0 else self.geometry.chunk_frames
-
-    def _cut(self, size: int) -> torch.Tensor:
-        g, hop = self.geometry, self.codec.hop_length
-        end = self.emitted + size
-        start = max(0, self.emitted - g.left_context_frames)
-        stop = min(self.frames.shape[1], end + g.right_holdback_frames)
-        pcm = self.codec.decode(self.frames[:, start:stop])  # [(stop - start) * 960]
-        chunk = pcm[(self.emitted - start) * hop : (end - start) * hop]  # [size * 960]
-        self.emitted = end
-        return chunk
+    def _decode(self, windows: list[Window]) -> list[torch.Tensor]:
+        return [w.trim(self.codec.decode(w.codes), self.codec.hop_length) for w in windows]  # [frames * 960] each
 
     def push(self, frames: torch.Tensor) -> list[torch.Tensor]:
         """frames LongTensor [8, n] (reverted, real) -> the chunks that became ready."""
-        if self.finished:
+        if self.cutter.ended:
             raise RuntimeError("StreamingDecoder.push after finish(): start a new decoder per stream")
         self.codec.check_codes(frames)
-        self.frames = torch.cat([self.frames, frames.to(torch.long).cpu()], dim=1)
-        chunks = []
-        while self.frames.shape[1] - self.emitted >= self._next_size() + self.geometry.right_holdback_frames:
-            chunks.append(self._cut(self._next_size()))
-        return chunks
+        self.cutter.add(frames)
+        return self._decode(self.cutter.windows())
 
     def finish(self) -> list[torch.Tensor]:
         """Ends the stream: every frame not yet emitted, in chunks of the usual sizes."""
-        if self.finished:
-            raise RuntimeError("StreamingDecoder.finish called twice")
-        self.finished = True
-        chunks = []
-        while self.emitted < self.frames.shape[1]:
-            chunks.append(self._cut(min(self._next_size(), self.frames.shape[1] - self.emitted)))
-        return chunks
+        self.cutter.end()
+        return self._decode(self.cutter.windows())
 
 
 def stream_chunks(

@@ -6,9 +6,10 @@
 The deploy profile (a name in reference/deploy/profiles/ or a path) is resolved for the platform
 (default: cuda when torch sees a GPU, else cpu) with the `--set` overrides (dotted keys of the
 deploy format, as `python -m reference.deploy` takes them). The talker is vLLM's AsyncLLM with
-the resolved stage 0 (its runner made explicit); the codec runs on stage 1's device with stage 1's
-max_num_seqs as the codec batch; streaming uses the resolved geometry and the connector's
-max_inflight_chunks. `--voices DIR` adds a named voice per DIR/NAME.wav (transcript: NAME.txt).
+the resolved stage 0 (its runner made explicit); the code2wav stage (reference/codec/stage.py)
+runs the codec on stage 1's device, batching the chunks of all streams up to stage 1's
+max_num_seqs, with the resolved geometry and the connector's max_inflight_chunks per stream.
+`--voices DIR` adds a named voice per DIR/NAME.wav (transcript: NAME.txt).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def build_service(args):
     import torch
 
     from reference.codec.model import load_codec
+    from reference.codec.stage import CodecStage
     from reference.deploy.cli import parse_set
     from reference.deploy.resolve import resolve_deployment
     from reference.serve.app import Service
@@ -40,16 +42,10 @@ def build_service(args):
     voices = load_voices(args.voices)
     engine = start_async_llm(args.model, deployment.runner, **deployment_engine_kwargs(deployment))
     codec = load_codec(args.model, device=stage_device(deployment, deployment.codec_stage))
-    extra = (deployment.connectors.get(deployment.geometry_connector) or {}).get("extra", {})
     max_tokens = deployment.default_sampling_params.get("max_tokens", 2048)
-    speaker = Speaker(
-        api=SpeechAPI(engine, args.model, deployment.runner, default_max_tokens=max_tokens),
-        codec=codec,
-        geometry=deployment.geometry,
-        metrics=ServeMetrics(),
-        codec_batch=int((deployment.codec_stage or {}).get("max_num_seqs", 1)),
-        inflight_chunks=int(extra.get("max_inflight_chunks", 2)),
-    )
+    api = SpeechAPI(engine, args.model, deployment.runner, default_max_tokens=max_tokens,
+                    stage=CodecStage.from_deployment(deployment, codec))
+    speaker = Speaker(api=api, metrics=ServeMetrics())
     service = Service(
         speaker=speaker,
         model_name=args.served_model_name or Path(args.model).name,

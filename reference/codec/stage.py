@@ -1,0 +1,162 @@
+"""The code2wav stage: one codec worker per engine, decoding the ready chunks of every stream in
+batches, with back-pressure per stream. It is what reads the deploy profile's codec settings
+(`CodecStage.from_deployment`): stage 1's `max_num_seqs` is the batch, the talker connector's
+`extra.max_inflight_chunks` the per-stream limit (2 where the file does not set it: upstream's
+files never do).
+
+- A stream (`open`, reference/codec/stage_stream.py) cuts its frames into windows with the
+  geometry (ChunkCutter, reference/codec/streaming.py) as its producer pushes them (`push`,
+  `finish`); its consumer takes the PCM chunks in order (`next_chunk`). `stream(frames)` runs both
+  over an async iterator of frames, the producer in a task of its own.
+- Back-pressure: a stream has at most `max_inflight_chunks` chunks submitted and not yet taken by
+  its consumer; at the limit `push` waits before cutting the next chunk.
+- Batching: while windows are pending, one worker task takes the oldest pending window's length
+  and up to `max_batch_size` pending windows of exactly that length, oldest first, and decodes them
+  as one batch (Codec.decode_batch). Never padded: no code is silence (code 0 is a sound) and the
+  decoder reaches 10 frames each way, so padding would change the kept samples of any chunk whose
+  look-ahead is short (the last chunk has none). Equal lengths leave only float rounding, so the
+  stream = offline bound holds for batched chunks (tests/test_codec_stage.py).
+- The decode runs in a thread (asyncio.to_thread): the event loop driving the engine runs on.
+  The worker task lives only while windows are pending, so it never outlives its loop.
+- close() takes a stream's pending windows out of the queue and drops its undelivered chunks;
+  nothing reaches a closed stream. A failed decode fails every chunk of its batch with
+  CodecStageError, which their consumers raise; the worker goes on with the rest.
+- `record`: decodes per batch size, the most chunks in flight of any stream, the chunks dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import torch
+
+from reference.codec.geometry import StreamGeometry
+from reference.codec.model import Codec
+from reference.codec.stage_stream import Job, StageStream, StreamClosed, feed
+from reference.codec.streaming import Window
+
+__all__ = ["CodecStage", "CodecStageError", "StageRecord", "StageStream", "StreamClosed"]
+
+DEFAULT_MAX_INFLIGHT_CHUNKS = 2
+BATCH_SETTING = "stages.1.max_num_seqs (the codec batch)"
+INFLIGHT_SETTING = "extra.max_inflight_chunks of the talker's output connector"
+
+
+class CodecStageError(RuntimeError):
+    """A decode of the stage failed; raised by every stream with a chunk in that batch."""
+
+
+@dataclass
+class StageRecord:
+    batches: Counter = field(default_factory=Counter)  # batch size -> decodes (bounded, unlike a log)
+    most_inflight: int = 0  # the most chunks one stream had submitted and not yet delivered
+    dropped: int = 0  # chunks of closed streams, never delivered
+
+
+def _setting(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}; set it in the deploy profile "
+                         "(python -m reference.deploy PROFILE prints the resolved value)")
+    return value
+
+
+class CodecStage:
+    def __init__(self, codec: Codec, max_batch_size: int, max_inflight_chunks: int,
+                 geometry: StreamGeometry | None = None) -> None:
+        self.codec, self.geometry = codec, geometry
+        self.max_batch_size = _setting(BATCH_SETTING, max_batch_size)
+        self.max_inflight_chunks = _setting(INFLIGHT_SETTING, max_inflight_chunks)
+        self.record = StageRecord()
+        self._pending: list[Job] = []
+        self._worker: asyncio.Task | None = None
+
+    @classmethod
+    def from_deployment(cls, deployment, codec: Codec) -> CodecStage:
+        """The stage a resolved deployment (reference/deploy/resolve.py) asks for."""
+        if deployment.codec_stage is None:
+            raise ValueError(f"{deployment.profile}: stages: no stage_id 1 (code2wav); add one, its max_num_seqs "
+                             "is the codec batch")
+        batch = deployment.codec_stage.get("max_num_seqs")
+        if batch is None:
+            raise ValueError(f"{deployment.profile}: {BATCH_SETTING} is not set; set it in stage_id 1")
+        extra = (deployment.connectors.get(deployment.geometry_connector) or {}).get("extra") or {}
+        inflight = extra.get("max_inflight_chunks", DEFAULT_MAX_INFLIGHT_CHUNKS)
+        return cls(codec, batch, inflight, deployment.geometry)
+
+    @property
+    def pending(self) -> int:
+        """Windows submitted and not yet taken into a batch."""
+        return len(self._pending)
+
+    def open(self, geometry: StreamGeometry | None = None) -> StageStream:
+        geometry = geometry or self.geometry
+        if geometry is None:
+            raise ValueError("CodecStage.open: no geometry; pass one, or build the stage with "
+                             "CodecStage.from_deployment (the connector's extra holds it)")
+        return StageStream(self, geometry)
+
+    async def stream(self, frames: AsyncIterator[torch.Tensor],
+                     geometry: StreamGeometry | None = None) -> AsyncIterator[torch.Tensor]:
+        """frames [8, n] as they arrive -> PCM chunks [frames * 960] in order. A task feeds the
+        stream; closing this iterator cancels it, which closes `frames` (aborting its request)."""
+        stream = self.open(geometry)
+        feeder = asyncio.create_task(feed(stream, frames))
+        try:
+            while (chunk := await stream.next_chunk()) is not None:
+                yield chunk
+        finally:
+            stream.close()
+            feeder.cancel()
+            await asyncio.gather(feeder, return_exceptions=True)
+
+    async def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """A whole clip [8, T] -> PCM [T * 960], decoded by the worker like any window."""
+        self.codec.check_codes(codes)
+        future = asyncio.get_running_loop().create_future()
+        self._submit(Job(None, Window(codes.to(torch.long).cpu(), 0, codes.shape[1]), future))
+        return await future
+
+    def _submit(self, job: Job) -> None:
+        self._pending.append(job)
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._run())
+
+    def _drop(self, stream: StageStream) -> None:
+        self._pending = [j for j in self._pending if j.stream is not stream]
+
+    def _decode(self, windows: list[Window]) -> list[torch.Tensor]:
+        """In the worker thread: windows of one length [8, n] -> their chunks."""
+        pcm = self.codec.decode_batch(torch.stack([w.codes for w in windows]))  # [B, n * 960]
+        return [w.trim(wav, self.codec.hop_length).clone() for w, wav in zip(windows, pcm)]
+
+    async def _run(self) -> None:
+        await asyncio.sleep(0)  # let the other streams woken by the same engine step submit first
+        while self._pending:
+            length = self._pending[0].window.codes.shape[1]
+            batch = [j for j in self._pending if j.window.codes.shape[1] == length][: self.max_batch_size]
+            self._pending = [j for j in self._pending if j not in batch]
+            self.record.batches[len(batch)] += 1
+            try:
+                chunks = await asyncio.to_thread(self._decode, [j.window for j in batch])
+            except asyncio.CancelledError:  # the loop is going away: fail everything, hang nothing
+                _fail(batch + self._pending, CodecStageError("the codec stage's worker was cancelled"))
+                self._pending = []
+                raise
+            except Exception as exc:  # every stream of the batch raises it; the others go on
+                error = CodecStageError(f"the codec failed on a batch of {len(batch)} windows of {length} "
+                                        f"frames: {type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+                _fail(batch, error)
+                continue
+            for job, chunk in zip(batch, chunks):
+                if not job.future.done():  # a closed stream's future is cancelled
+                    job.future.set_result(chunk)
+
+
+def _fail(jobs: list[Job], error: Exception) -> None:
+    for job in jobs:
+        if not job.future.done():
+            job.future.set_exception(error)

@@ -1,0 +1,259 @@
+"""The code2wav stage (reference/codec/stage.py): batched chunks equal chunks alone, the profile's
+batch size and in-flight limit change what it does, close and failure, the event loop runs on."""
+
+import asyncio
+import copy
+import dataclasses
+import threading
+import time
+
+import pytest
+import torch
+
+from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
+from reference.codec.geometry import StreamGeometry
+from reference.codec.stage import CodecStage, CodecStageError, StreamClosed
+from reference.codec.streaming import agreement, stream_chunks
+from reference.deploy.resolve import resolve_deployment
+
+pytestmark = pytest.mark.cpu
+HOP = 960
+# Stitches exactly (left context and holdback cover the 10-frame reach) with short windows: 12, then 26 frames.
+SMALL = StreamGeometry(first_chunk_frames=2, chunk_frames=6, left_context_frames=10, right_holdback_frames=10)
+BOUND = {"min_snr_db": 100.0, "max_abs_err": 1.0e-5}  # conformance/cases/codec/streaming.yaml
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    with one_torch_thread():
+        yield
+
+
+def codes_of(frames: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, 1024, (8, frames), generator=torch.Generator().manual_seed(seed))  # [8, T]
+
+
+async def lockstep(stage: CodecStage, clips: list[torch.Tensor], geometry=SMALL) -> list[list[torch.Tensor]]:
+    """One frame into every stream per step (as one engine step feeds them all), consumers apart."""
+    streams = [stage.open(geometry) for _ in clips]
+
+    async def consume(stream):
+        return [c async for c in _chunks(stream)]
+
+    consumers = [asyncio.create_task(consume(s)) for s in streams]
+    for t in range(clips[0].shape[1]):
+        for stream, codes in zip(streams, clips):
+            await stream.push(codes[:, t : t + 1])
+        await asyncio.sleep(0)
+    for stream in streams:
+        await stream.finish()
+    return await asyncio.gather(*consumers)
+
+
+async def _chunks(stream):
+    while (chunk := await stream.next_chunk()) is not None:
+        yield chunk
+
+
+def test_a_batch_of_windows_equals_each_window_alone():
+    codec = fixture_codec()
+    codes = torch.stack([codes_of(26, seed) for seed in range(4)])  # [4, 8, 26]
+    batch = codec.decode_batch(codes)  # [4, 26 * 960]
+    for b in range(4):
+        torch.testing.assert_close(batch[b], codec.decode(codes[b]), atol=BOUND["max_abs_err"], rtol=0)
+    assert torch.equal(codec.decode_batch(codes[:1])[0], codec.decode(codes[0]))  # one window: decode's own ops
+    with pytest.raises(ValueError, match=r"\[B, 8, T\]"):
+        codec.decode_batch(codes[0])
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_batched_streams_stitch_into_the_offline_decode(batch):
+    codec = fixture_codec()
+    clips = [codes_of(30, seed) for seed in range(4)]
+    streamed = asyncio.run(lockstep(CodecStage(codec, batch, 2), clips))
+    for codes, chunks in zip(clips, streamed):
+        assert [len(c) for c in chunks] == [len(c) for c in stream_chunks(codec, codes, SMALL)]
+        measured = agreement(torch.cat(chunks), codec.decode(codes))
+        assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], measured
+
+
+def test_the_codec_batch_setting_changes_the_batching():
+    clips = [codes_of(30, seed) for seed in range(4)]
+    one, four = CodecStage(fixture_codec(), 1, 2), CodecStage(fixture_codec(), 4, 2)
+    asyncio.run(lockstep(one, clips))
+    asyncio.run(lockstep(four, clips))
+    chunks = 4 * len(stream_chunks(fixture_codec(), clips[0], SMALL))
+    assert one.record.batches == {1: chunks}
+    assert sum(size * n for size, n in four.record.batches.items()) == chunks and max(four.record.batches) == 4
+    assert four.record.batches.total() < chunks // 2
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_max_inflight_chunks_holds_the_producer_back(limit):
+    stage = CodecStage(fixture_codec(), 4, limit)
+
+    async def run():
+        stream = stage.open(SMALL)
+        producer = asyncio.create_task(stream.push(codes_of(60, 1)))  # 9 chunks ready at once
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+        blocked = (producer.done(), stream.inflight)
+        taken = [await stream.next_chunk() for _ in range(2)]
+        stream.close()  # wakes the producer waiting for room: it raises StreamClosed
+        with pytest.raises(StreamClosed):
+            await producer
+        return blocked, taken
+
+    (done, inflight), taken = asyncio.run(run())
+    assert (done, inflight) == (False, limit)  # waits before cutting the chunk beyond the limit
+    assert stage.record.most_inflight == limit and all(len(c) > 0 for c in taken)
+
+
+def test_close_drops_pending_chunks_and_spares_the_other_stream():
+    stage = CodecStage(fixture_codec(), 4, 8)
+    clip = codes_of(40, 2)
+
+    async def run():
+        doomed, kept = stage.open(SMALL), stage.open(SMALL)
+        await doomed.push(clip)  # 5 chunks submitted, none decoded yet
+        await kept.push(clip)
+        doomed.close()
+        assert stage.pending == 5  # only the other stream's
+        await kept.finish()
+        with pytest.raises(StreamClosed, match="closed stage stream"):
+            await doomed.next_chunk()
+        with pytest.raises(StreamClosed):
+            await doomed.push(clip)
+        return [c async for c in _chunks(kept)]
+
+    chunks = asyncio.run(run())
+    alone = torch.cat(stream_chunks(fixture_codec(), clip, SMALL))
+    torch.testing.assert_close(torch.cat(chunks), alone, atol=BOUND["max_abs_err"], rtol=0)
+    assert stage.record.dropped == 5 and stage.pending == 0
+
+
+def test_closing_the_stream_iterator_closes_its_source():
+    stage, closed = CodecStage(fixture_codec(), 4, 2), []
+
+    async def source():
+        try:
+            for t in range(200):
+                yield codes_of(1, t)
+                await asyncio.sleep(0)
+        finally:
+            closed.append(True)
+
+    async def run():
+        chunks = stage.stream(source(), SMALL)
+        first = await anext(chunks)
+        await chunks.aclose()
+        return first
+
+    assert len(asyncio.run(run())) == SMALL.first_chunk_frames * HOP
+    assert closed == [True] and stage.pending == 0
+
+
+def test_a_codec_failure_reaches_every_stream_of_the_batch_and_the_stage_goes_on():
+    stage = CodecStage(fixture_codec(), 4, 2)
+    real, calls = stage._decode, []
+
+    def failing(windows):
+        calls.append(len(windows))
+        if len(calls) == 1:
+            raise RuntimeError("CUDA out of memory (planted)")
+        return real(windows)
+
+    stage._decode = failing
+
+    async def run():
+        streams = [stage.open(SMALL) for _ in range(2)]
+        for s in streams:
+            await s.push(codes_of(12, 3))  # one 12-frame window each: one batch
+        errors = []
+        for s in streams:
+            with pytest.raises(CodecStageError, match="batch of 2 windows of 12 frames: RuntimeError: CUDA out of"):
+                await asyncio.wait_for(s.next_chunk(), timeout=30)
+            errors.append(True)
+        later = stage.open(SMALL)
+        await later.push(codes_of(12, 3))
+        return errors, await asyncio.wait_for(later.next_chunk(), timeout=30)
+
+    errors, chunk = asyncio.run(run())
+    assert errors == [True, True] and calls[0] == 2 and len(chunk) == 2 * HOP
+
+
+def test_a_source_failure_reaches_the_consumer():
+    stage = CodecStage(fixture_codec(), 4, 2)
+
+    async def source():
+        yield codes_of(12, 4)
+        raise ConnectionError("engine died (planted)")
+
+    async def run():
+        return [c async for c in stage.stream(source(), SMALL)]
+
+    with pytest.raises(ConnectionError, match="planted"):
+        asyncio.run(asyncio.wait_for(run(), timeout=30))
+
+
+def test_decoding_runs_off_the_event_loop():
+    stage = CodecStage(fixture_codec(), 4, 2)
+    real, threads = stage._decode, []
+
+    def slow(windows):
+        threads.append(threading.current_thread())
+        time.sleep(0.5)
+        return real(windows)
+
+    stage._decode = slow
+
+    async def run():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        stream = stage.open(SMALL)
+        await stream.push(codes_of(12, 5))
+        await stream.next_chunk()
+        task.cancel()
+        return ticks
+
+    assert asyncio.run(run()) >= 20  # the loop ticked through the 0.5 s decode
+    assert threads and threads[0] is not threading.main_thread()
+
+
+def test_settings_come_from_the_resolved_deployment_and_bad_ones_are_named():
+    codec = fixture_codec()
+    for profile, platform, batch, inflight in [("default", "cuda", 16, 4), ("default", "cpu", 4, 2),
+                                               ("h200_v2", "cuda", 64, 8)]:
+        d = resolve_deployment(profile, platform)
+        stage = CodecStage.from_deployment(d, codec)
+        assert (stage.max_batch_size, stage.max_inflight_chunks, stage.geometry) == (batch, inflight, d.geometry)
+    d = resolve_deployment("default", "cuda")
+    with pytest.raises(ValueError, match="no stage_id 1"):
+        CodecStage.from_deployment(dataclasses.replace(d, codec_stage=None), codec)
+    with pytest.raises(ValueError, match=r"stages.1.max_num_seqs \(the codec batch\) must be an integer >= 1, got 0"):
+        CodecStage(codec, 0, 2)
+    with pytest.raises(ValueError, match="max_inflight_chunks .* got True"):
+        CodecStage(codec, 4, True)
+    with pytest.raises(ValueError, match="no geometry"):
+        CodecStage(codec, 4, 2).open()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", ["tiny", "4b"])
+def test_on_cuda_batched_streams_stitch_into_the_offline_decode(size):
+    # cuDNN picks its algorithm per batch shape (reference/codec/model.py decodes in full float32).
+    codec = copy.deepcopy(fixture_codec(size)).to("cuda")
+    clips = [codes_of(60, seed) for seed in range(8)]
+    stage = CodecStage(codec, 8, 2)
+    streamed = asyncio.run(lockstep(stage, clips))
+    assert max(stage.record.batches) == 8
+    for codes, chunks in zip(clips, streamed):
+        measured = agreement(torch.cat(chunks), codec.decode(codes))
+        assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], measured
