@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from conformance.mutate_talker import streams
+from conformance.mutate_talker import LOCAL_SHARD_AUDIO_HEAD, LOCAL_SHARD_EDIT, streams, tensor_parallel
 from conformance.mutation_run import main, mutations_from_table
 
 V2, TM = "reference/talker/runner_v2.py", "reference/talker/model.py"
@@ -44,7 +44,20 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
      "inputs_embeds = self.inputs_embeds[:num_tokens]\n            inputs_embeds.copy_(mixed)",
      "inputs_embeds = mixed", streams("one_zero_shot", "v2-graphs")),
 ]
+# Two GPUs (the two-GPU machine): the V2 route under tensor parallel.
+PARALLEL_MUTATIONS = [
+    (f"{LOCAL_SHARD_AUDIO_HEAD}, V2 graphs", TM, *LOCAL_SHARD_EDIT, tensor_parallel("tp2-v2-graphs")),
+]
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(mutations_from_table(MUTATIONS), sys.argv[1:], prefix="mutate_gpu_"))
+    table = MUTATIONS + (PARALLEL_MUTATIONS if gpu_count() >= 2 else [])
+    if gpu_count() < 2:
+        print(f"mutate_gpu: {len(PARALLEL_MUTATIONS)} tensor-parallel mutation(s) left out: they need two GPUs")
+    raise SystemExit(main(mutations_from_table(table), sys.argv[1:], prefix="mutate_gpu_"))

@@ -46,6 +46,21 @@ def streams(run_id: str, variant: str = "v1") -> tuple[str, ...]:
             f"test_greedy_streams_equal_oracle_goldens and {run_id} and {variant}")
 
 
+def tensor_parallel(layout_variant: str) -> tuple[str, ...]:
+    """The tensor-parallel streams of conformance/test_talker_parallel.py (V1 on two CPU cores
+    here; conformance/mutate_gpu.py asks for the V2 ones on two GPUs)."""
+    return ("conformance/test_talker_parallel.py", "-k",
+            f"test_streams_equal_the_single_device_goldens and {layout_variant} and concurrent")
+
+
+# Under tensor parallel each rank holds half of the audio head: a head that skips the gather
+# samples from its own half, padded out (the issue's planted defect).
+LOCAL_SHARD_AUDIO_HEAD = "audio head computed from the local shard only (tensor parallel)"
+LOCAL_SHARD_EDIT = (
+    "            local = tensor_model_parallel_all_gather(local, dim=-1)  # the shards in rank order",
+    "            local = torch.nn.functional.pad(local, (0, local.shape[-1] * (self.tp_size - 1)))",
+)
+
 # (name, file, old text, new text, pytest arguments that must fail)
 MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     # -- reference/talker/step.py ----------------------------------------------------------------
@@ -98,10 +113,10 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
      "torch.arange(NUM_CODEBOOKS, dtype=torch.long) * CODEBOOK_VOCAB",
      "torch.arange(NUM_CODEBOOKS, dtype=torch.long) * (CODEBOOK_VOCAB - 1)", streams("one_zero_shot")),
     ("audio head read codebook-interleaved", TM,
-     "table = self.audio_head.weight[: NUM_CODEBOOKS * CODEBOOK_VOCAB]",
-     "table = self.audio_head.weight[: NUM_CODEBOOKS * CODEBOOK_VOCAB]"
-     ".view(CODEBOOK_VOCAB, NUM_CODEBOOKS, -1).transpose(0, 1).reshape(NUM_CODEBOOKS * CODEBOOK_VOCAB, -1)",
+     "return local[:, : NUM_CODEBOOKS * CODEBOOK_VOCAB].view(-1, NUM_CODEBOOKS, CODEBOOK_VOCAB)",
+     "return local[:, : NUM_CODEBOOKS * CODEBOOK_VOCAB].view(-1, CODEBOOK_VOCAB, NUM_CODEBOOKS).transpose(1, 2)",
      streams("one_zero_shot")),
+    (LOCAL_SHARD_AUDIO_HEAD, TM, *LOCAL_SHARD_EDIT, tensor_parallel("tp2-v1")),
     ("audio head always tied (a separate head in the checkpoint ignored)", TM,
      "        if self.ties.audio_head:\n            self.audio_head = self.audio_embedding",
      "        if True:\n            self.audio_head = self.audio_embedding", streams("audio_head_untied")),

@@ -182,3 +182,15 @@ def full_cuda_graph_sizes(model_runner) -> list[int]:
     manager = getattr(model_runner, "cudagraph_manager", None)
     graphs = getattr(manager, "graphs", None) or {}
     return sorted(desc.num_tokens for desc in graphs if desc.cg_mode.name == "FULL")
+
+
+async def worker_rpc_every_engine(async_llm, method: str) -> list[list]:
+    """`method` on every worker of every engine core: one list per data-parallel engine, one entry
+    per worker (tensor-parallel rank). `AsyncLLM.collective_rpc` reaches the first engine only.
+    Same client internals in 0.26 and 0.32: `core_engines` and `_call_utility_async(..., engine=)`."""
+    client = async_llm.engine_core
+    engines = getattr(client, "core_engines", None) or [client.core_engine]
+    return [
+        await client._call_utility_async("collective_rpc", method, None, (), None, engine=engine)
+        for engine in engines
+    ]
