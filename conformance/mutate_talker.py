@@ -9,6 +9,9 @@ no longer applies. `--baseline` first checks that every selection passes on the 
 
 Areas and their catchers:
 - reference/talker/step.py (the generation contract, sampling noise): tests/test_talker_step.py;
+  its filter (temperature -> top-k -> top-p, as plausible speed rewrites get it wrong): the draws
+  on hand-made logits, tests/test_sampling_distribution.py, and the draws of a V1 engine against
+  the teacher-forced oracle, conformance/test_sampling_distribution.py (about a minute each);
 - reference/talker/runner_v1.py, reference/talker/model.py, prompts.py and the cache salt of
   code_channel.py (audio feedback, chunked prefill, reference rows and slots, the fused table, the
   heads as the tie flags say, prefix caching): the greedy engine streams against the oracle goldens,
@@ -36,6 +39,8 @@ STEP_TESTS = ("tests/test_talker_step.py",)
 DELAY_TESTS = ("tests/test_delay_pattern.py",)
 CODEC_TESTS = ("conformance/test_codec_golden.py",)
 CHANNEL_TESTS = ("tests/test_code_channel.py",)
+SAMPLING_UNITS = ("tests/test_sampling_distribution.py",)
+SAMPLING_ENGINE = ("conformance/test_sampling_distribution.py", "-k", "v1")
 
 
 def streams(run_id: str, variant: str = "v1") -> tuple[str, ...]:
@@ -79,6 +84,50 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("gumbel noise identical for all codebooks", TS,
      "key = _mix32(key[:, None] ^ (q[None, :] * 0x9E3779B1 & _MASK32))",
      "key = _mix32(key[:, None] ^ (q[None, :] * 0 & _MASK32))", STEP_TESTS),
+    # -- reference/talker/step.py: the filter, as a speed rewrite might get it wrong ---------------
+    # Each defect twice where the engine check sees it: once against the hand-made cases, once
+    # against the V1 engine's draws alone. Three only the hand-made cases can see: an exact tie of
+    # cumulative mass and p, and equal logits at the top-k edge, never happen on real logits; and
+    # on the dummy checkpoint BOC / EOC rarely rank near the top, so masking them after the filter
+    # changes too few engine draws (run 2026-11-30: the engine check passed with it).
+    *[(f"{name} [{where}]", TS, old, new, selection)
+      for name, old, new, engine_sees in [
+          ("top-p applied before top-k (nucleus of the whole distribution)",
+           'probs = torch.softmax(sorted_logits.masked_fill(~keep, float("-inf")), dim=-1)',
+           "probs = torch.softmax(sorted_logits, dim=-1)", True),
+          ("top-p drops the code that crosses p",
+           "keep = keep & (mass_before < top_p[:, None, None])",
+           "keep = keep & ((mass_before + probs < top_p[:, None, None]) | (rank == 0))", True),
+          ("temperature applied after the filter",
+           "    scaled = masked / torch.where(greedy, 1.0, temperature)[:, None, None]\n"
+           "    filtered = filter_top_k_top_p(scaled, top_k, top_p)\n",
+           "    filtered = filter_top_k_top_p(masked, top_k, top_p) / torch.where(greedy, 1.0, temperature)[:, None, None]\n",
+           True),
+          ("top-k ignored",
+           "k = torch.where((top_k <= 0) | (top_k >= logits.shape[-1]), logits.shape[-1], top_k)  # [B]",
+           "k = torch.full_like(top_k, logits.shape[-1])", True),
+          ("temperature ignored",
+           "    scaled = masked / torch.where(greedy, 1.0, temperature)[:, None, None]\n",
+           "    scaled = masked\n", True),
+          ("contract masks applied after the filter (BOC / EOC take top-k places and top-p mass)",
+           '    masked = logits.masked_fill(~allowed_codes(prev_row, step), float("-inf"))\n'
+           "    greedy = temperature <= 0\n"
+           "    scaled = masked / torch.where(greedy, 1.0, temperature)[:, None, None]\n"
+           "    filtered = filter_top_k_top_p(scaled, top_k, top_p)\n",
+           "    greedy = temperature <= 0\n"
+           "    scaled = logits / torch.where(greedy, 1.0, temperature)[:, None, None]\n"
+           '    filtered = filter_top_k_top_p(scaled, top_k, top_p).masked_fill(~allowed_codes(prev_row, step), float("-inf"))\n',
+           False),
+          ("top-p keeps a code whose preceding mass equals p (non-strict)",
+           "keep = keep & (mass_before < top_p[:, None, None])",
+           "keep = keep & (mass_before <= top_p[:, None, None])", False),
+          ("top-k keeps every code tied with the k-th (a threshold instead of a count)",
+           "keep = (rank[None, None, :] < k[:, None, None]).expand_as(logits)",
+           "keep = sorted_logits >= sorted_logits.gather(-1, (k - 1)[:, None, None].expand(*logits.shape[:2], 1))",
+           False),
+      ]
+      for where, selection in [("hand-made cases", SAMPLING_UNITS), ("V1 engine draws", SAMPLING_ENGINE)]
+      if engine_sees or selection is SAMPLING_UNITS],
     # -- reference/talker/runner_v1.py ------------------------------------------------------------------
     ("V1 sampler stores a step's row one position late (feedback from the wrong step)", V1,
      "host.codes[host.prompt_len + index] = codes_host[i]",

@@ -130,6 +130,19 @@ class OracleTalker:
         return torch.stack(rows)[None]  # [1, L, D]
 
     @torch.no_grad()
+    def teacher_forced_logits(self, prompt: TalkerPrompt, rows: list[list[int]]) -> torch.Tensor:
+        """The audio logits of every step of a realised stream: step t sees the prompt and rows
+        0..t-1 as audio feedback (teacher forcing), in one causal forward. [len(rows), 8, 1026]"""
+        inputs = self._prompt_embeddings(prompt)
+        if len(rows) > 1:
+            fed = torch.stack([self._row_embedding(row) for row in rows[:-1]])[None]
+            inputs = torch.cat([inputs, fed], dim=1)
+        positions = torch.arange(inputs.shape[1])[None]
+        hidden = self.body(inputs_embeds=inputs, position_ids=positions).last_hidden_state[0]
+        first = len(prompt.token_ids) - 1  # the last prompt position predicts row 0
+        return (hidden[first : first + len(rows)] @ self.audio_head.T).view(len(rows), N, VOCAB)
+
+    @torch.no_grad()
     def generate(self, prompt: TalkerPrompt, max_steps: int, ramp_down: str = "training") -> OracleResult:
         """Greedy generation; `max_steps` bounds the LM tokens (as `max_tokens` does in vLLM)."""
         if ramp_down not in RAMP_DOWNS:
