@@ -12,15 +12,48 @@ a re-prefilled request (preemption) continues exactly where it stopped.
 Sampling per codebook: temperature -> top-k -> top-p -> a Gumbel-max draw whose noise is a hash
 of (seed, step, codebook, code): a seeded request draws the same codes whatever batch it is in.
 Temperature <= 0 is greedy. No host synchronisation: safe on a CUDA decode path.
+
+Speed: on a GPU the step is a few dozen tiny kernels, so their count is its cost (host launches
+and device time alike). What depends on nothing but the device (the codebook masks, the hash of
+every code id) is built once per device (`_constants`), and the leading-EOC count once per step.
 """
 
 from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
 
 import torch
 
 from reference.codebooks import BOC, CODEBOOK_VOCAB, EOC, NUM_CODEBOOKS
 
 _MASK32 = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class _Constants:
+    codebooks: torch.Tensor  # [8] 0..7
+    codebook_keys: torch.Tensor  # [8] each codebook's salt of the noise key
+    code_hashes: torch.Tensor  # [1026] _mix32 of each code id
+    allowed: torch.Tensor  # [8, 1026] bool: what a codebook may sample whatever the state
+    eoc_0: torch.Tensor  # [8, 1026] bool: EOC on codebook 0 alone, forbidden while ramping down
+
+
+@functools.cache
+def _constants(device: torch.device) -> _Constants:
+    q = torch.arange(NUM_CODEBOOKS, dtype=torch.int64)
+    allowed = torch.ones(NUM_CODEBOOKS, CODEBOOK_VOCAB, dtype=torch.bool)
+    allowed[:, BOC] = False  # active codebooks never emit BOC
+    allowed[1:, EOC] = False  # EOC only on codebook 0
+    eoc_0 = torch.zeros_like(allowed)
+    eoc_0[0, EOC] = True
+    return _Constants(
+        codebooks=q.to(device),
+        codebook_keys=(q * 0x9E3779B1 & _MASK32).to(device),
+        code_hashes=_mix32(torch.arange(CODEBOOK_VOCAB, dtype=torch.int64)).to(device),
+        allowed=allowed.to(device),
+        eoc_0=eoc_0.to(device),
+    )
 
 
 def leading_eoc(rows: torch.Tensor) -> torch.Tensor:
@@ -39,24 +72,19 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
 
 def gumbel_noise(seed: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
     """Gumbel(0, 1) noise per (request, codebook, code) from (seed, step). [B], [B] -> [B, 8, 1026]"""
-    device = seed.device
-    q = torch.arange(NUM_CODEBOOKS, device=device, dtype=torch.int64)
-    v = torch.arange(CODEBOOK_VOCAB, device=device, dtype=torch.int64)
+    const = _constants(seed.device)
     key = _mix32((seed.long() & _MASK32) ^ _mix32(step.long() & _MASK32))  # [B]
-    key = _mix32(key[:, None] ^ (q[None, :] * 0x9E3779B1 & _MASK32))  # [B, 8]
-    bits = _mix32(key[:, :, None] ^ _mix32(v)[None, None, :])  # [B, 8, 1026]
+    key = _mix32(key[:, None] ^ const.codebook_keys[None, :])  # [B, 8]
+    bits = _mix32(key[:, :, None] ^ const.code_hashes[None, None, :])  # [B, 8, 1026]
     uniform = (bits.double() + 0.5) / 2.0**32
     return -torch.log(-torch.log(uniform)).float()
 
 
-def allowed_codes(prev_row: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
-    """Which ids each codebook may sample this step (forced BOC/EOC handled separately). [B, 8, 1026]"""
-    ramping = leading_eoc(prev_row) > 0  # [B]
-    allowed = torch.ones(prev_row.shape[0], NUM_CODEBOOKS, CODEBOOK_VOCAB, dtype=torch.bool, device=prev_row.device)
-    allowed[:, :, BOC] = False
-    allowed[:, 1:, EOC] = False
-    allowed[:, 0, EOC] = ~ramping
-    return allowed
+def allowed_codes(ramping: torch.Tensor) -> torch.Tensor:
+    """Which ids each codebook may sample this step (forced BOC/EOC handled separately): BOC
+    never, EOC on codebook 0 only and not while ramping down. [B] bool -> [B, 8, 1026]"""
+    const = _constants(ramping.device)
+    return const.allowed & ~(ramping[:, None, None] & const.eoc_0)
 
 
 def filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -86,7 +114,7 @@ def talker_step(
     prev_eoc = leading_eoc(prev_row)  # [B]
     done = prev_eoc >= NUM_CODEBOOKS
     ramping = prev_eoc > 0
-    masked = logits.masked_fill(~allowed_codes(prev_row, step), float("-inf"))
+    masked = logits.masked_fill(~allowed_codes(ramping), float("-inf"))
     greedy = temperature <= 0
     scaled = masked / torch.where(greedy, 1.0, temperature)[:, None, None]
     filtered = filter_top_k_top_p(scaled, top_k, top_p)
@@ -96,7 +124,7 @@ def talker_step(
     all_masked = torch.isneginf(filtered).all(dim=-1)
     sampled = torch.where(all_masked, torch.argmax(logits, dim=-1), sampled)
 
-    q = torch.arange(NUM_CODEBOOKS, device=logits.device)[None, :]
+    q = _constants(logits.device).codebooks[None, :]
     codes = torch.where(~ramping[:, None] & (q > step[:, None]), BOC, sampled)
     # EOC at codebook k turns codebooks <= k into EOC.
     eoc_at_or_after = torch.flip(torch.cummax(torch.flip((codes == EOC).long(), [1]), dim=1).values, [1]) > 0
