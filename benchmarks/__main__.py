@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         for p in phases:
             print(f"  {p.name}: Model Runner {p.runner}, e2e levels {p.e2e_levels}, engine levels {p.engine_levels}, "
                   f"overrides {p.overrides}" + (f", NOT STARTED: {p.error}" if p.error else ""))
-        print(f"phase limit {settings.phase_timeout:.0f} s, budget {settings.budget} s")
+        print(f"phase limit {settings.phase_timeout:.0f} s, "
+              + (f"budget {settings.budget:.0f} s" if settings.budget else "no budget"))
         return 0
     print(f"the {settings.size} no_eoc dummy checkpoint (written on first use: about 60 s for 4b)", flush=True)
     checkpoint = cached_checkpoint(settings.size, 0, "no_eoc")
