@@ -1,0 +1,56 @@
+"""End to end: streams through the speech API, from text to PCM, per concurrency level.
+
+Per level, `c` streams run at once, `rounds` times, each through `SpeechAPI.stream_audio` (the
+public streaming API, so whatever runs behind it, e.g. a batching code2wav stage, is measured as
+it ships), greedy, on the no_eoc checkpoint, so every stream makes exactly `max_tokens` rows:
+- TTFA: request submitted -> first PCM chunk out (the profile's geometry: an 8-frame window plus
+  holdback under the V2 default, one frame plus holdback under the V1 profiles);
+- RTF: a stream's wall time / its audio duration;
+- audio s/s: all audio seconds produced at the level / the level's wall time.
+Medians over the streams of a level. The chunks come from the engine's code2wav stage
+(reference/codec/stage.py, built from the profile); each level reports the stage's batch sizes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+
+from reference.speech import SpeechAPI, SpeechRequest
+
+from benchmarks.engine_steps import TEXT
+
+
+async def _one(api: SpeechAPI, max_tokens: int) -> dict:
+    start = time.perf_counter()
+    first, samples = None, 0
+    request = SpeechRequest(TEXT, sampling={"temperature": 0.0, "max_tokens": max_tokens})
+    async for chunk in api.stream_audio(request, uuid.uuid4().hex):
+        if first is None:
+            first = time.perf_counter() - start
+        samples += chunk.numel()
+    wall = time.perf_counter() - start
+    audio = samples / api.stage.codec.sample_rate
+    return {"ttfa_s": first, "wall_s": wall, "audio_s": audio, "rtf": wall / audio}
+
+
+async def level(api: SpeechAPI, concurrency: int, rounds: int, max_tokens: int) -> dict:
+    per_stream, audio_total, wall_total = [], 0.0, 0.0
+    api.stage.record.batches.clear()
+    for _ in range(rounds):
+        start = time.perf_counter()
+        results = await asyncio.gather(*[_one(api, max_tokens) for _ in range(concurrency)])
+        wall_total += time.perf_counter() - start
+        audio_total += sum(r["audio_s"] for r in results)
+        per_stream += results
+    return {
+        "concurrency": concurrency,
+        "streams": len(per_stream),
+        "ttfa_ms_median": 1000 * statistics.median(r["ttfa_s"] for r in per_stream),
+        "rtf_median": statistics.median(r["rtf"] for r in per_stream),
+        "audio_s_per_s": audio_total / wall_total,
+        "audio_s_per_stream": statistics.median(r["audio_s"] for r in per_stream),
+        "codec_batches": dict(sorted(api.stage.record.batches.items())),  # batch size -> decodes
+    }
