@@ -24,7 +24,8 @@ def pytest_collection_modifyitems(config, items):
         if "engine" in item.keywords:
             # `pytest -n N --dist loadgroup` (tox -e gpu): one worker per test file and runner
             # variant, so that each group's engines boot once.
-            variant = getattr(item, "callspec", None) and item.callspec.params.get("variant")
+            params = item.callspec.params if hasattr(item, "callspec") else {}
+            variant = params.get("variant", params.get("engines"))  # a module's engines, when parametrized
             item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{variant or 'all'}"))
         if "gpu" in item.keywords and not cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU with vLLM: run `tox -e gpu` on a GPU machine"))
