@@ -86,7 +86,9 @@ class ParallelEngines:
                 self.close_engines()
             spec = CASES["layouts"][self.layout]
             checkpoint = cached_checkpoint("tiny", 0, flavour)
-            args = {**platform_engine_args(), **CASES["engine"]["args"], **spec["args"], **VARIANTS[self.variant]}
+            variant = VARIANTS[self.variant]
+            args = {**platform_engine_args(), **CASES["engine"]["args"], **spec["args"], **variant}
+            args["compilation_config"] = {**spec["args"].get("compilation_config", {}), **variant.get("compilation_config", {})}
             with pytest.MonkeyPatch.context() as env:
                 for key, value in cpu_binding(spec["world"]).items():
                     env.setenv(key, value)
