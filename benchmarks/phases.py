@@ -97,7 +97,8 @@ async def measure_phase(phase: Phase, settings: Settings, checkpoint: str, send)
                 for c in phase.e2e_levels:
                     result = await streams.level(api, c, settings.rounds, settings.max_tokens)
                     send("e2e", result)
-                    send("progress", f"e2e c={c} done: TTFA {result['ttfa_ms_median']:.0f} ms, "
+                    send("progress", f"e2e c={c} done: TTFA {result['ttfa_ms_median']:.0f} ms (first rows "
+                                     f"{result['first_rows_ms_median']:.0f}, window in {result['window_ms_median']:.0f}), "
                                      f"RTF {result['rtf_median']:.3f}, {result['audio_s_per_s']:.1f} audio s/s")
             for sampling, c in phase.engine_levels:
                 result = await engine_steps.ms_per_step(engine, make, sampling, SAMPLINGS[sampling], c, settings.engine_steps)

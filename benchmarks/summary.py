@@ -48,13 +48,14 @@ def table(results: dict) -> str:
     lines = [f"{results['device']}, vLLM {results['vllm_version']}, {results['settings']['size']} dummy checkpoint"]
     talkers = [r for r in results["phases"] if r["kind"] == "talker" and r["e2e"]]
     if talkers:
-        lines += ["", f"{'profile':22} {'runner':6} {'c':>3} {'TTFA ms':>8} {'RTF':>6} {'audio s/s':>9} {'bound':>7}"]
+        lines += ["", f"{'profile':22} {'runner':6} {'c':>3} {'TTFA ms':>8} {'rows ms':>8} {'window ms':>9} {'RTF':>6} {'audio s/s':>9} {'bound':>7}"]
         for r in talkers:
             bound = bound_for(results, r["profile"], r["runner"])
             for lvl in r["e2e"]:
                 c = lvl["concurrency"]
                 b = f"{bound[c]:7.1f}" if c in bound else f"{'-':>7}"
                 lines.append(f"{r['profile']:22} {r['runner']:6} {c:>3} {lvl['ttfa_ms_median']:>8.0f} "
+                             f"{lvl['first_rows_ms_median']:>8.0f} {lvl['window_ms_median']:>9.0f} "
                              f"{lvl['rtf_median']:>6.3f} {lvl['audio_s_per_s']:>9.1f} {b}")
     if results["ratios"]:
         lines += ["", f"{'profile':22} {'runner':6} {'sampling':8} {'c':>3} {'talker ms':>9} {'bare ms':>8} {'ratio':>6}"]

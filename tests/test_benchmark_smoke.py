@@ -44,6 +44,8 @@ def test_the_json_holds_every_figure(smoke):
     assert talker["engine_kwargs"]["max_num_seqs"] == bare["engine_kwargs"]["max_num_seqs"]
     assert [lvl["concurrency"] for lvl in talker["e2e"]] == [1, 2]
     assert set(talker["e2e"][0]) >= {"ttfa_ms_median", "rtf_median", "audio_s_per_s"}
+    for lvl in talker["e2e"]:  # TTFA's parts come in order: rows, the first window's frames, audio
+        assert 0 < lvl["first_rows_ms_median"] <= lvl["window_ms_median"] <= lvl["ttfa_ms_median"], lvl
     levels = [(lvl["sampling"], lvl["concurrency"]) for lvl in talker["engine"]]
     assert levels == [("greedy", 1), ("greedy", 2), ("default", 1), ("default", 2)]
     assert [(lvl["sampling"], lvl["concurrency"]) for lvl in bare["engine"]] == levels

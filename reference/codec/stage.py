@@ -27,15 +27,13 @@ files never do).
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 import torch
 
 from reference.codec.geometry import StreamGeometry
 from reference.codec.model import Codec
-from reference.codec.stage_stream import Job, StageStream, StreamClosed, feed
+from reference.codec.stage_stream import Job, StageRecord, StageStream, StreamClosed, feed
 from reference.codec.streaming import Window
 
 __all__ = ["CodecStage", "CodecStageError", "StageRecord", "StageStream", "StreamClosed"]
@@ -47,13 +45,6 @@ INFLIGHT_SETTING = "extra.max_inflight_chunks of the talker's output connector"
 
 class CodecStageError(RuntimeError):
     """A decode of the stage failed; raised by every stream with a chunk in that batch."""
-
-
-@dataclass
-class StageRecord:
-    batches: Counter = field(default_factory=Counter)  # batch size -> decodes (bounded, unlike a log)
-    most_inflight: int = 0  # the most chunks one stream had submitted and not yet delivered
-    dropped: int = 0  # chunks of closed streams, never delivered
 
 
 def _setting(name: str, value) -> int:

@@ -6,17 +6,16 @@ in order. close() drops what is pending or undelivered, so nothing reaches a clo
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
 from reference.codec.geometry import StreamGeometry
+from reference.codec.model import Codec
 from reference.codec.streaming import ChunkCutter, Window
-
-if TYPE_CHECKING:
-    from reference.codec.stage import CodecStage
 
 _END = object()
 
@@ -34,10 +33,29 @@ class Job:
     future: asyncio.Future
 
 
+@dataclass
+class StageRecord:
+    batches: Counter = field(default_factory=Counter)  # batch size -> decodes (bounded, unlike a log)
+    most_inflight: int = 0  # the most chunks one stream had submitted and not yet delivered
+    dropped: int = 0  # chunks of closed streams, never delivered
+
+
+class Stage(Protocol):
+    """What a stream needs of its stage (reference/codec/stage.py's CodecStage)."""
+
+    codec: Codec
+    max_inflight_chunks: int
+    record: StageRecord
+
+    def _submit(self, job: Job) -> None: ...
+
+    def _drop(self, stream: StageStream) -> None: ...
+
+
 class StageStream:
     """One stream's side of the stage: a producer pushes frames, a consumer takes chunks."""
 
-    def __init__(self, stage: CodecStage, geometry: StreamGeometry) -> None:
+    def __init__(self, stage: Stage, geometry: StreamGeometry) -> None:
         self.stage = stage
         self.cutter = ChunkCutter(geometry, stage.codec.cfg.num_codebooks)
         self._room = asyncio.Semaphore(stage.max_inflight_chunks)
