@@ -13,7 +13,7 @@ Sampling per codebook: temperature -> top-k -> top-p -> a Gumbel-max draw whose 
 of (seed, step, codebook, code): a seeded request draws the same codes whatever batch it is in.
 Temperature <= 0 is greedy. No host synchronisation: safe on a CUDA decode path.
 
-Speed: on a GPU the step is a few dozen tiny kernels, so their count is its cost (host launches
+Speed: on a GPU the step is over a hundred tiny kernels, so their count is its cost (host launches
 and device time alike). What depends on nothing but the device (the codebook masks, the hash of
 every code id) is built once per device (`_constants`), and the leading-EOC count once per step.
 """
