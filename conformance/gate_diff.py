@@ -2,8 +2,9 @@
 against the baseline of the pinned one. Plain Python (no vLLM, no torch).
 
 Red (the candidate regresses) when a check fails or errors on the candidate that did not on the
-baseline (a check the baseline does not have counts too), or when a figure both runs measured
-moved by more than the baseline's tolerance. Reported without turning red: checks that pass
+baseline (a check the baseline does not have counts too), or when a figure is out of place
+(conformance/figures.py): a bounded figure on the wrong side of its bound, a measured figure
+further from the baseline's value than the baseline's tolerance. Reported without turning red: checks that pass
 now and failed before, checks that passed and are skipped now (coverage lost), checks and figures
 present in only one run.
 """
@@ -15,6 +16,8 @@ import math
 from collections import defaultdict
 from pathlib import PurePosixPath
 
+from conformance import figures
+
 FAILING = ("failed", "error")
 
 
@@ -25,7 +28,7 @@ class GateDiff:
     newly_skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     only_in_baseline: list[str] = dataclasses.field(default_factory=list)
     only_in_candidate: list[str] = dataclasses.field(default_factory=list)
-    moved: list[tuple[str, float, float, float, str]] = dataclasses.field(default_factory=list)
+    moved: list[tuple[str, float, float, str, str]] = dataclasses.field(default_factory=list)  # (figure, base, now, limit, unit)
     figures_missing: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -58,8 +61,13 @@ def diff(baseline: dict, candidate: dict) -> GateDiff:
         now = candidate.get("figures", {}).get(name)
         if now is None:
             d.figures_missing.append(name)
+        elif figure.get("class") == "bounded":  # the baseline's bound, whatever the candidate says
+            if figures.misses_bound({**figure, "value": now["value"]}):
+                bound = f">= {figure['at_least']}" if "at_least" in figure else f"<= {figure['at_most']}"
+                d.moved.append((name, figure["value"], now["value"], f"bound {bound}", figure.get("unit", "")))
         elif _moved(figure["value"], now["value"], figure["tolerance"]):
-            d.moved.append((name, figure["value"], now["value"], figure["tolerance"], figure.get("unit", "")))
+            d.moved.append((name, figure["value"], now["value"], f"tolerance {figure['tolerance']}",
+                            figure.get("unit", "")))
     return d
 
 
@@ -101,7 +109,7 @@ def render(baseline: dict, candidate: dict, d: GateDiff) -> list[str]:
     section("newly failing", [f"{c}: {r}" for c, r in d.newly_failing])
     section("newly passing", d.newly_passing)
     section("figures beyond tolerance",
-            [f"{n}: {b} -> {c} {u} (tolerance {t})" for n, b, c, t, u in d.moved])
+            [f"{n}: {b} -> {c} {u} ({limit})" for n, b, c, limit, u in d.moved])
     section("newly skipped (coverage lost)", [f"{c}: {r}" for c, r in d.newly_skipped])
     section("checks only in the baseline", d.only_in_baseline, limit=10)
     section("checks only in the candidate", d.only_in_candidate, limit=10)

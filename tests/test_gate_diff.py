@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance import gate, gate_diff
+from conformance import figures, gate, gate_diff
 from conformance.gate_run import VerdictCollector
 
 pytestmark = pytest.mark.cpu
@@ -63,12 +63,24 @@ def test_fixed_skipped_and_vanished_checks_are_reported_without_turning_red():
 
 
 @pytest.mark.parametrize("value, red", [(114.9 + 2.9, False), (114.9 - 3.1, True), (math.inf, True)])
-def test_a_figure_is_red_only_beyond_the_baselines_tolerance(value, red):
+def test_a_measured_figure_is_red_only_beyond_the_baselines_tolerance(value, red):
     name = "conformance/test_stream_vs_offline.py::t[tiny-default]::snr_db"
     cand = verdict({c: r["outcome"] for c, r in BASE["checks"].items()}, {name: value})
     cand["checks"]["tests/test_a.py::broken"] = BASE["checks"]["tests/test_a.py::broken"]
     d = gate_diff.diff(BASE, cand)
     assert d.regressed is red and [m[0] for m in d.moved] == ([name] if red else [])
+
+
+@pytest.mark.parametrize("value, red", [(114.9, False), (109.3, False), (100.0, False), (99.9, True), (-math.inf, True)])
+def test_a_bounded_figure_is_red_only_beyond_the_baselines_bound_whatever_its_noise(value, red):
+    name = "conformance/test_stream_vs_offline.py::t[tiny-default]::snr_db"
+    base = dict(BASE, figures={name: figures.bounded(114.9, "dB", at_least=100.0)})
+    # A candidate that lowers its own bound is still held to the baseline's.
+    cand = dict(base, figures={name: figures.bounded(value, "dB", at_least=50.0)})
+    d = gate_diff.diff(base, cand)
+    assert d.regressed is red and [m[0] for m in d.moved] == ([name] if red else [])
+    if red:
+        assert f"{name}: 114.9 -> {value} dB (bound >= 100.0)" in "\n".join(gate_diff.render(base, cand, d))
 
 
 def test_a_figure_the_candidate_did_not_measure_is_listed():
