@@ -290,11 +290,15 @@ def test_stream_check():
 def test_measured_geometries_are_the_codec_cases():
     cases = load("codec/streaming")["geometries"]
     read = measured_geometries()
-    assert {m.case_id for m in read.values()} == {c["id"] for c in cases if "measured" in c}
+    assert {m.case_id for m in read.values()} == {c["id"] for c in cases}
     for case in cases:
         measured = read[StreamGeometry(**case["geometry"])]
         assert measured.case_id == case["id"]
-        assert measured.snr_db == {k: v["snr_db"] for k, v in case["measured"].items() if isinstance(v, dict)}
+        assert measured.snr_db == {k: v["snr_db"] for k, v in case.get("measured", {}).items()}
+        assert (measured.bound_snr_db is not None) == (case["expect"] == "meets_bound")
+    exact = check_stream(DEFAULT_GEOMETRY).summary()
+    assert "held to SNR >= 100.0 dB" in exact and "measured" not in exact  # its noise is no figure
+    assert "measured 23.5373 dB" in check_stream(UPSTREAM_V1).summary()
 
 
 def test_stage_device_reads_the_resolved_stage():

@@ -12,13 +12,13 @@ from conformance.gate_run import VerdictCollector
 pytestmark = pytest.mark.cpu
 
 
-def verdict(checks: dict, figures: dict | None = None, version: str = "0.32.0") -> dict:
+def verdict(checks: dict, snr_figures: dict | None = None, version: str = "0.32.0") -> dict:
     checks = {c: ({"outcome": o} if isinstance(o, str) else {"outcome": o[0], "reason": o[1]}) for c, o in checks.items()}
     counts: dict = {}
     for r in checks.values():
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
     return {"platform": "cpu", "vllm": version, "torch": "2.13.0", "counts": counts, "checks": checks,
-            "figures": {n: {"value": v, "unit": "dB", "tolerance": 3.0} for n, v in (figures or {}).items()}}
+            "figures": {n: figures.measured(v, "dB", 3.0) for n, v in (snr_figures or {}).items()}}
 
 
 BASE = verdict({"tests/test_a.py::x": "passed", "tests/test_a.py::broken": ("failed", "old"),

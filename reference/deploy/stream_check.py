@@ -5,9 +5,10 @@ The DAC decoder's PCM for a frame depends on `decoder_context_frames` frames on 
 geometry whose left context and holdback both cover that reach makes the stitched stream equal
 the offline decode up to float rounding whatever the weights; one frame short costs ~20 dB.
 
-The SNR quoted for a geometry is the one measured for it in conformance/cases/codec/streaming.yaml
-(`measured`, written from `pytest conformance/test_stream_vs_offline.py -s`), read as plain data:
-no codec, checkpoint or test fixture is needed. Without that file nothing is quoted.
+A geometry of conformance/cases/codec/streaming.yaml is quoted by its case id, read as plain data
+(no codec, checkpoint or test fixture is needed; without that file nothing is quoted): a lossy one
+with the SNR measured for it (`measured`, from `pytest conformance/test_stream_vs_offline.py -s`), an
+exact one with the bound it must reach (its SNR above the bound is float noise, no figure).
 """
 
 from __future__ import annotations
@@ -28,23 +29,24 @@ CODEC_CASES = Path(__file__).resolve().parents[2] / "conformance" / "cases" / "c
 @dataclass(frozen=True)
 class Measured:
     case_id: str  # the geometry's id in conformance/cases/codec/streaming.yaml
-    snr_db: dict[str, float]  # codec size ("tiny", "4b") -> SNR dB
+    snr_db: dict[str, float]  # codec size ("tiny", "4b") -> SNR dB; empty where the case pins none
     max_abs_err: dict[str, float]
+    bound_snr_db: float | None  # the SNR the case requires (a geometry that stitches exactly), else None
 
 
 @functools.cache
 def measured_geometries(path: Path = CODEC_CASES) -> dict[StreamGeometry, Measured]:
-    """Every geometry of the codec streaming cases that carries a measurement."""
+    """Every geometry of the codec streaming cases."""
     if not path.is_file():
         return {}
     doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     out: dict[StreamGeometry, Measured] = {}
     for case in doc.get("geometries", []):
-        runs = {k: v for k, v in (case.get("measured") or {}).items() if isinstance(v, dict)}
-        if runs:
-            out[StreamGeometry(**case["geometry"])] = Measured(
-                case["id"], {k: v["snr_db"] for k, v in runs.items()}, {k: v["max_abs_err"] for k, v in runs.items()}
-            )
+        runs = case.get("measured") or {}
+        bound = doc["bound"]["min_snr_db"] if case["expect"] == "meets_bound" else None
+        out[StreamGeometry(**case["geometry"])] = Measured(
+            case["id"], {k: v["snr_db"] for k, v in runs.items()}, {k: v["max_abs_err"] for k, v in runs.items()}, bound
+        )
     return out
 
 
@@ -81,9 +83,12 @@ class StreamCheck:
         text = f"geometry {shape} (first/chunk/left/holdback): {reach}: {verdict}"
         if self.measured is not None:
             m = self.measured
-            text += "; measured " + ", ".join(
-                f"{m.snr_db[s]} dB / {m.max_abs_err[s]:.2g} ({s} codec)" for s in m.snr_db
-            )
+            if m.snr_db:
+                text += "; measured " + ", ".join(
+                    f"{m.snr_db[s]} dB / {m.max_abs_err[s]:.2g} ({s} codec)" for s in m.snr_db
+                )
+            if m.bound_snr_db is not None:
+                text += f"; held to SNR >= {m.bound_snr_db} dB"
             text += f" [conformance/cases/codec/streaming.yaml: {m.case_id}]"
         return text
 
