@@ -3,7 +3,7 @@
 An engine that hangs at boot (seen on the GPU machine: a forked engine start, nine minutes
 silent) or a crash that leaves the process unusable cannot be recovered inside the process;
 killing a process group can. So each phase (phases.py) runs in a child started with the spawn
-method (forking beside a live engine's threads hung: README, vLLM findings) as the leader of its
+method (forking beside a live engine's threads hung: docs/vllm-findings.md) as the leader of its
 own process group. The parent prints the child's progress lines, keeps every level as soon as it
 arrives, and ends the phase one of four ways:
 - ok: the child said "done" (and exited; if its shutdown hangs it is killed after GRACE_S, or at

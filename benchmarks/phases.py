@@ -36,7 +36,7 @@ def run_phase(phase: Phase, settings: Settings, checkpoint: str, gpu: str | None
     os.dup2(log.fileno(), 2)
     if gpu is not None:  # before anything touches CUDA in this process or its children
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"  # never fork an engine (README, vLLM findings)
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"  # never fork an engine (docs/vllm-findings.md)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache for a CPU engine
 
     def send(kind: str, payload) -> None:

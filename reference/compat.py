@@ -85,7 +85,7 @@ def check_supported_version(version: str | None = None) -> str:
         raise UnsupportedVLLMVersion(
             f"vLLM {version or '(not installed)'} is not a version this suite knows (known: {known}). "
             "To try it, add it to KNOWN_VERSIONS in reference/compat.py, run the upgrade gate on it "
-            "(README, 'Gating a vLLM upgrade') and record each difference it shows there."
+            "(docs/gate.md) and record each difference it shows there."
         )
     return version
 
