@@ -179,8 +179,8 @@ def mismatches(expected: Mapping[str, Expected], built: Sequence[Mapping[str, An
                 continue
             if want.compared and settings[key] != want.value:
                 problems.append(
-                    f"{where}: {key}: the profile resolved {want.value!r} ({want.origin}) "
-                    f"but vLLM built {settings[key]!r}{worker}"
+                    f"{where}: {key}: vLLM built {settings[key]!r}{worker}, "
+                    f"the profile resolved {want.value!r} ({want.origin})"
                 )
     return problems
 
@@ -191,5 +191,5 @@ def check_build(deployment, built: Sequence[Mapping[str, Any]], overrides: Mappi
     if not built:
         raise BuildMismatch(f"{deployment.profile} on {deployment.platform}: no worker reported what it built")
     problems = mismatches(expected_build(deployment, overrides), built, f"{deployment.profile} on {deployment.platform}")
-    if problems:
-        raise BuildMismatch("vLLM did not build what the profile resolved:\n" + "\n".join(problems))
+    if problems:  # one line per key, the first one first (a test report shows it)
+        raise BuildMismatch("\n".join(problems))
