@@ -188,8 +188,9 @@ def mismatches(expected: Mapping[str, Expected], built: Sequence[Mapping[str, An
 def check_build(deployment, built: Sequence[Mapping[str, Any]], overrides: Mapping[str, Any] | None = None) -> None:
     """Raises BuildMismatch naming every key where `built` (one dict per worker,
     reference/talker/engine.py built_settings) differs from what `deployment` asks for."""
+    where = f"{deployment.profile} on {deployment.platform}"
     if not built:
-        raise BuildMismatch(f"{deployment.profile} on {deployment.platform}: no worker reported what it built")
-    problems = mismatches(expected_build(deployment, overrides), built, f"{deployment.profile} on {deployment.platform}")
+        raise BuildMismatch(f"{where}: no worker reported what it built")
+    problems = mismatches(expected_build(deployment, overrides), built, where)
     if problems:  # one line per key, the first one first (a test report shows it)
         raise BuildMismatch("\n".join(problems))
