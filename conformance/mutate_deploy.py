@@ -12,13 +12,17 @@ The three defects of issue #14 (a platform's connector override replacing instea
 platform stage override landing on the wrong stage_id, a V1 platform fallback keeping the V2
 geometry) run against conformance/test_deploy_upstream.py alone: they are caught on vllm-omni's
 own Higgs files (the installed wheel) or overlays on them.
+
+The BOOT mutations plant a difference between what the resolved profile says and what the engine
+is started with; each runs one CPU case of conformance/test_profile_boot.py (an engine boot, about
+a minute here), where the read-back of what vLLM built (reference/deploy/readback.py) must catch it.
 """
 
 from __future__ import annotations
 
 import sys
 
-from conformance.mutation_run import Mutation, main
+from conformance.mutation_run import Mutation, main, mutations_from_table
 
 TESTS = [
     "conformance/test_deploy_matrix.py",
@@ -156,6 +160,29 @@ MUTATIONS += [
 ]
 
 
+
+
+def boot_case(case_id: str) -> tuple[str, ...]:
+    return (f"conformance/test_profile_boot.py::test_profile_boots_the_runner_it_resolved[{case_id}]",)
+
+
+# (name, file, old text, new text, pytest arguments that must fail): the read-back at engine boot.
+BOOT_MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
+    ("BOOT the talker engine gets the codec stage's max_num_seqs", RS,
+     "    kwargs, mode_warnings = engine_kwargs(stage0, ctx.options, origins)",
+     '    kwargs, mode_warnings = engine_kwargs({**stage0, "max_num_seqs": config["stages"][CODEC_STAGE]["max_num_seqs"]},'
+     " ctx.options, origins)", boot_case("default_on_cpu")),
+    ("BOOT the launcher fills in an attention backend the profile did not ask for (the CPU ignores it)", LA,
+     '    kwargs.setdefault("enforce_eager", eager)',
+     '    kwargs.setdefault("enforce_eager", eager)\n    kwargs.setdefault("attention_backend", "TRITON_ATTN")',
+     boot_case("default_on_cpu")),
+    ("BOOT enable_prefix_caching never reaches the engine (treated as a reserved key)", LA,
+     "    kwargs = {k: independent_copy(v) for k, v in stage0.items() if k not in RESERVED_STAGE_KEYS}",
+     '    kwargs = {k: independent_copy(v) for k, v in stage0.items() if k not in (*RESERVED_STAGE_KEYS, "enable_prefix_caching")}',
+     boot_case("default_on_cpu_explicit_engine_settings")),
+]
+
+
 def pytest_args(name: str) -> tuple[str, ...]:
     if name.startswith("UPSTREAM"):
         return tuple(UPSTREAM_TESTS)
@@ -164,7 +191,8 @@ def pytest_args(name: str) -> tuple[str, ...]:
 
 
 def mutations() -> list[Mutation]:
-    return [Mutation(name, path, old, new, pytest_args(name)) for name, path, old, new in MUTATIONS]
+    table = [Mutation(name, path, old, new, pytest_args(name)) for name, path, old, new in MUTATIONS]
+    return table + mutations_from_table(BOOT_MUTATIONS)
 
 
 if __name__ == "__main__":

@@ -7,16 +7,22 @@ exercise) runs nowhere but on a GPU, so its mutations live here rather than in
 conformance/mutate_talker.py (CPU). Each one copies the tree, plants one defect and runs the V2
 selection meant to catch it; RED means caught. The engines of different mutations share the GPU
 (conformance/engines.py fixes their KV cache size), so `--jobs 3` runs three at once.
+
+The last ones plant an engine that does not build the CUDA graphs the profile asks for; a CUDA
+case of conformance/test_profile_boot.py must catch it in the read-back of what vLLM built
+(reference/deploy/readback.py).
 """
 
 from __future__ import annotations
 
 import sys
 
+from conformance.mutate_deploy import boot_case
 from conformance.mutate_talker import LOCAL_SHARD_AUDIO_HEAD, LOCAL_SHARD_EDIT, streams, tensor_parallel
 from conformance.mutation_run import main, mutations_from_table
 
 V2, TM = "reference/talker/runner_v2.py", "reference/talker/model.py"
+LA, WK = "reference/deploy/launch.py", "reference/talker/worker.py"
 
 
 # (name, file, old text, new text, pytest arguments that must fail)
@@ -43,6 +49,22 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("body input freshly allocated (piecewise CUDA graphs read the captured address)", TM,
      "inputs_embeds = self.inputs_embeds[:num_tokens]\n            inputs_embeds.copy_(mixed)",
      "inputs_embeds = mixed", streams("one_zero_shot", "v2-graphs")),
+    # What vLLM built, read back at boot: FULL decode graphs asked, PIECEWISE built.
+    ("launcher passes PIECEWISE where the profile asks FULL decode graphs", LA,
+     '    compilation["cudagraph_mode"] = asked if asked is not None and not eager else derived',
+     '    compilation["cudagraph_mode"] = asked if asked is not None and not eager else derived.replace("FULL_AND_", "")',
+     boot_case("default_on_cuda")),
+    ("engine asked FULL_AND_PIECEWISE builds PIECEWISE (a silent downgrade inside the worker)", WK,
+     "        result = super().init_device(*args, **kwargs)",
+     "        config = self.vllm_config.compilation_config\n"
+     '        if config.cudagraph_mode.name == "FULL_AND_PIECEWISE":\n'
+     "            config.cudagraph_mode = type(config.cudagraph_mode).PIECEWISE\n"
+     "        result = super().init_device(*args, **kwargs)",
+     boot_case("low_latency_v2_on_cuda")),
+    ("launcher passes only the two smallest capture sizes (FULL graphs up to 2, the profile asks 64)", LA,
+     '        compilation["cudagraph_capture_sizes"] = sorted(compilation["cudagraph_capture_sizes"])',
+     '        compilation["cudagraph_capture_sizes"] = sorted(compilation["cudagraph_capture_sizes"])[:2]',
+     boot_case("high_throughput_v2_on_cuda")),
 ]
 # Two GPUs (the two-GPU machine): the V2 route under tensor parallel.
 PARALLEL_MUTATIONS = [

@@ -1,4 +1,6 @@
-"""A resolved deploy profile drives the engine vLLM really builds (issue: profiles, matrix)."""
+"""A resolved deploy profile drives the engine vLLM really builds (issue: profiles, matrix), and
+vLLM built what the profile says: every worker reports its settings after vLLM's own resolution
+(reference/deploy/readback.py), each compared with the resolved profile."""
 
 from dataclasses import astuple
 
@@ -9,9 +11,10 @@ from conformance.case_files import load, params
 from conformance.engines import platform_engine_args
 from conformance.environment import has_cuda
 from higgs_dummy.cache import cached_checkpoint
+from reference.deploy.readback import check_build
 from reference.deploy.resolve import resolve_deployment
 from reference.speech import SpeechAPI
-from reference.talker.engine import built_runners, start_llm_for_deployment
+from reference.talker.engine import built_runners, built_settings, start_llm_for_deployment
 
 pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]
 
@@ -30,17 +33,20 @@ def _marks(case):
 @pytest.mark.parametrize("case", params("profiles/boot", marks=_marks))
 def test_profile_boots_the_runner_it_resolved(case):
     expect = case["expect"]
+    overrides = {**DOC["overrides"], **case.get("overrides", {})}
     if "error" in expect:
         with pytest.raises(ValueError, match=expect["error"]):
-            resolve_deployment(case["profile"], case["platform"], DOC["overrides"])
+            resolve_deployment(case["profile"], case["platform"], overrides)
         return
-    deployment = resolve_deployment(case["profile"], case["platform"], DOC["overrides"])
+    deployment = resolve_deployment(case["profile"], case["platform"], overrides)
     assert deployment.runner == expect["runner"]
     assert list(astuple(deployment.geometry)) == expect["geometry"]
     checkpoint = cached_checkpoint("tiny", 0)
-    llm = start_llm_for_deployment(checkpoint, deployment, dtype="float32", **platform_engine_args())
+    engine_args = platform_engine_args()
+    llm = start_llm_for_deployment(checkpoint, deployment, dtype="float32", **engine_args)
     try:
         assert built_runners(llm) == [expect["runner"]]
+        check_build(deployment, built_settings(llm), engine_args)  # raises naming key, profile, both values
         prompt = next(p for p in PROMPTS["prompts"] if p["id"] == DOC["prompt"])
         result = SpeechAPI(llm, checkpoint, deployment.runner).generate(
             [talker_cases.speech_request(prompt, PROMPTS["max_tokens"])]

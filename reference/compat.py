@@ -184,6 +184,77 @@ def full_cuda_graph_sizes(model_runner) -> list[int]:
     return sorted(desc.num_tokens for desc in graphs if desc.cg_mode.name == "FULL")
 
 
+def cuda_graph_sizes(model_runner) -> dict[str, list[int]]:
+    """Token counts of the CUDA graphs a runner captured, per mode: {"FULL": [...], "PIECEWISE": [...]}.
+
+    V2 (same internals in 0.26 and 0.32): FULL from `cudagraph_manager.graphs` (the graph objects
+    themselves); PIECEWISE graphs live inside torch.compile's wrappers, so they are the manager's
+    capture plan `_capture_descs`, counted only once `_graphs_captured` says the capture ran.
+    V1 (and the CPU runner, a V1 subclass): `cudagraph_dispatcher.get_capture_descs()`, the
+    batches `capture_model` captured (empty when the mode is NONE). Both empty when eager."""
+    sizes: dict[str, set[int]] = {"FULL": set(), "PIECEWISE": set()}
+    manager = getattr(model_runner, "cudagraph_manager", None)
+    dispatcher = getattr(model_runner, "cudagraph_dispatcher", None)
+    if manager is not None:
+        sizes["FULL"].update(full_cuda_graph_sizes(model_runner))
+        if getattr(manager, "_graphs_captured", False):
+            for mode, descs in getattr(manager, "_capture_descs", {}).items():
+                if mode.name == "PIECEWISE":
+                    sizes["PIECEWISE"].update(desc.num_tokens for desc in descs)
+    elif dispatcher is not None:
+        for mode, descs in dispatcher.get_capture_descs():
+            if mode.name in sizes:
+                sizes[mode.name].update(desc.num_tokens for desc in descs)
+    return {mode: sorted(found) for mode, found in sizes.items()}
+
+
+def attention_backends(model_runner) -> list[str]:
+    """Names of the attention backends the runner's attention layers run (`get_name()`, e.g.
+    CPU_ATTN, FLEX_ATTENTION). Both runners keep `attn_groups: list[list[AttentionGroup]]`, each
+    group with its backend class, in 0.26 and 0.32."""
+    groups = getattr(model_runner, "attn_groups", None) or []
+    return sorted({group.backend.get_name() for kv_groups in groups for group in kv_groups})
+
+
+def built_settings(vllm_config, model_runner) -> dict:
+    """What a worker's vLLM built, as plain values under the keys of reference/deploy/readback.py
+    (READBACK_KEYS). Read after vLLM's own resolution: `vllm_config` is the worker's (the
+    platform's and the runner's adjustments applied, e.g. the cudagraph mode the attention backend
+    allows), the graphs and the attention backend come from the runner. The config paths are the
+    same in 0.26 and 0.32."""
+    compilation = vllm_config.compilation_config
+    scheduler, cache = vllm_config.scheduler_config, vllm_config.cache_config
+    model, parallel = vllm_config.model_config, vllm_config.parallel_config
+    asked_backend = vllm_config.attention_config.backend
+    graphs = cuda_graph_sizes(model_runner)
+    return {
+        "runner": runner_kind(model_runner),
+        "compilation_mode": _enum_name(compilation.mode),
+        "cudagraph_mode": _enum_name(compilation.cudagraph_mode),
+        "cudagraph_capture_sizes": sorted(compilation.cudagraph_capture_sizes or []),
+        "full_cudagraphs": graphs["FULL"],
+        "piecewise_cudagraphs": graphs["PIECEWISE"],
+        "max_num_seqs": scheduler.max_num_seqs,
+        "max_model_len": model.max_model_len,
+        "max_num_batched_tokens": scheduler.max_num_batched_tokens,
+        "async_scheduling": bool(scheduler.async_scheduling),
+        "enable_chunked_prefill": bool(scheduler.enable_chunked_prefill),
+        "enable_prefix_caching": bool(cache.enable_prefix_caching),
+        "block_size": cache.block_size,
+        "attention_backend": _enum_name(asked_backend),
+        "attention_backend_built": ",".join(attention_backends(model_runner)) or None,
+        "kv_cache_dtype": str(cache.cache_dtype),
+        "enforce_eager": bool(model.enforce_eager),
+        "seed": model.seed,
+        "tensor_parallel_size": parallel.tensor_parallel_size,
+        "data_parallel_size": parallel.data_parallel_size,
+    }
+
+
+def _enum_name(value) -> str | None:
+    return None if value is None else getattr(value, "name", str(value))
+
+
 async def worker_rpc_every_engine(async_llm, method: str) -> list[list]:
     """`method` on every worker of every engine core: one list per data-parallel engine, one entry
     per worker (tensor-parallel rank). `AsyncLLM.collective_rpc` reaches the first engine only.

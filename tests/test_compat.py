@@ -116,3 +116,79 @@ def test_sampling_tables_per_version(version, absent, watermarking):
     assert {"watermarking", "prompt_logprob_start"} - set(logprob) - set(neutral) == absent
     assert neutral.get("watermarking") == watermarking
     assert logprob["logprobs"] == (None,) and neutral["n"] == (1,)
+
+
+def test_built_settings_reads_what_the_engine_config_holds():
+    """The worker's read-back (reference/deploy/readback.py keys) on a real engine config, without
+    a runner: every key present, each value the one the engine arguments asked for."""
+    from types import SimpleNamespace
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    from higgs_dummy.cache import cached_checkpoint
+    from reference.deploy.readback import READBACK_KEYS
+    from reference.talker.plugin import register
+
+    register()
+    config = EngineArgs(
+        model=str(cached_checkpoint("tiny", 0)), skip_tokenizer_init=True, dtype="float32", max_model_len=512,
+        max_num_seqs=7, max_num_batched_tokens=640, enable_chunked_prefill=False, enable_prefix_caching=False,
+        block_size=64, attention_backend="CPU_ATTN", seed=5, enforce_eager=True,
+    ).create_engine_config()
+    built = compat.built_settings(config, SimpleNamespace())
+    assert list(built) == list(READBACK_KEYS)
+    assert built == {
+        "runner": "v1", "compilation_mode": "NONE", "cudagraph_mode": "NONE", "cudagraph_capture_sizes": [],
+        "full_cudagraphs": [], "piecewise_cudagraphs": [], "max_num_seqs": 7, "max_model_len": 512,
+        "max_num_batched_tokens": 640, "async_scheduling": False, "enable_chunked_prefill": False,
+        "enable_prefix_caching": False, "block_size": 64, "attention_backend": "CPU_ATTN",
+        "attention_backend_built": None, "kv_cache_dtype": "auto", "enforce_eager": True, "seed": 5,
+        "tensor_parallel_size": 1, "data_parallel_size": 1,
+    }
+
+
+def test_cuda_graph_sizes_of_a_v2_runner_count_piecewise_graphs_once_captured():
+    from types import SimpleNamespace
+
+    from vllm.config import CUDAGraphMode
+    from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor as Desc
+
+    full = {Desc(CUDAGraphMode.FULL, 2, 2): None, Desc(CUDAGraphMode.FULL, 1, 1): None}
+    plan = {CUDAGraphMode.PIECEWISE: [Desc(CUDAGraphMode.PIECEWISE, n, None) for n in (16, 8, 1)],
+            CUDAGraphMode.FULL: [Desc(CUDAGraphMode.FULL, n, n) for n in (4, 2, 1)]}
+    manager = SimpleNamespace(graphs=full, _capture_descs=plan, _graphs_captured=True)
+    runner = SimpleNamespace(cudagraph_manager=manager)
+    assert compat.cuda_graph_sizes(runner) == {"FULL": [1, 2], "PIECEWISE": [1, 8, 16]}  # FULL: the graphs held
+    manager._graphs_captured = False
+    assert compat.cuda_graph_sizes(runner) == {"FULL": [1, 2], "PIECEWISE": []}
+
+
+def test_cuda_graph_sizes_of_a_v1_runner_are_its_dispatcher_capture_batches():
+    from types import SimpleNamespace
+
+    from vllm.config import CUDAGraphMode
+    from vllm.forward_context import BatchDescriptor
+
+    descs = [(CUDAGraphMode.PIECEWISE, [BatchDescriptor(num_tokens=8), BatchDescriptor(num_tokens=4)]),
+             (CUDAGraphMode.FULL, [BatchDescriptor(num_tokens=2, uniform=True)])]
+    runner = SimpleNamespace(cudagraph_dispatcher=SimpleNamespace(get_capture_descs=lambda: descs))
+    assert compat.cuda_graph_sizes(runner) == {"FULL": [2], "PIECEWISE": [4, 8]}
+    assert compat.cuda_graph_sizes(SimpleNamespace()) == {"FULL": [], "PIECEWISE": []}
+
+
+def test_attention_backends_name_the_classes_of_the_attention_groups():
+    from types import SimpleNamespace
+
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    group = SimpleNamespace(backend=CPUAttentionBackend)
+    assert compat.attention_backends(SimpleNamespace(attn_groups=[[group], [group]])) == ["CPU_ATTN"]
+    assert compat.attention_backends(SimpleNamespace()) == []
+
+
+def test_the_deploy_toolings_compilation_mode_numbers_are_vllms():
+    from vllm.config import CompilationMode
+
+    from reference.deploy.readback import COMPILATION_MODES
+
+    assert COMPILATION_MODES == {mode.value: mode.name for mode in CompilationMode}

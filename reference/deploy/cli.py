@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import yaml
 
 from reference.deploy.platform_matrix import PLATFORMS
+from reference.deploy.readback import expected_build
 from reference.deploy.resolve import ResolvedDeployment, resolve_deployment
 from reference.deploy.stream_check import check_stream
 
@@ -85,6 +86,11 @@ def render(d: ResolvedDeployment, runners: dict[str, str] | None = None) -> str:
     lines += [f"engine_kwargs.{k} = {json.dumps(v, default=str)}" for k, v in _flat("", d.engine_kwargs)]
     lines += [f"default_sampling_params = {json.dumps(d.default_sampling_params)}"]
     lines += [f"codec_stage = {json.dumps(d.codec_stage, default=str)}"]
+    lines += ["", "# what vLLM must build (read back from the workers after boot: reference/deploy/readback.py)"]
+    build = [(f"build.{k}", "(vLLM default, not compared)" if not e.compared else json.dumps(e.value), e.origin)
+             for k, e in expected_build(d).items()]
+    width = max(len(f"{k} = {v}") for k, v, _ in build)
+    lines += [f"{f'{k} = {v}'.ljust(width)}  # {o}" if o != "vLLM default" else f"{k} = {v}" for k, v, o in build]
     lines += ["", "# checks"]
     lines += [f"stream: {check_stream(d.geometry).summary()}"]
     if runners:
@@ -110,6 +116,8 @@ def as_json(d: ResolvedDeployment, runners: dict[str, str] | None = None) -> str
             "env": d.env,
             "default_sampling_params": d.default_sampling_params,
             "codec_stage": d.codec_stage,
+            "build": {k: {"value": e.value, "origin": e.origin, "compared": e.compared}
+                      for k, e in expected_build(d).items()},
             "config": d.config,
             "origins": d.origins,
             "warnings": list(d.warnings),

@@ -78,3 +78,9 @@ def start_llm_for_deployment(checkpoint: str | Path, deployment, **overrides):
 def built_runners(llm) -> list[str]:
     """The runner each worker really built ('v1'/'v2'), asked from the workers themselves."""
     return list(llm.collective_rpc("talker_runner_kind"))
+
+
+def built_settings(llm) -> list[dict]:
+    """What each worker's vLLM built (reference/deploy/readback.py names the keys), asked from the
+    workers themselves, one dict per worker."""
+    return list(llm.collective_rpc("talker_built_settings"))

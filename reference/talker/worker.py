@@ -42,6 +42,11 @@ class TalkerWorker(_Base):
         """Batch sizes (tokens) of the FULL CUDA graphs this worker captured, for the graph checks."""
         return compat.full_cuda_graph_sizes(self.model_runner)
 
+    def talker_built_settings(self) -> dict:
+        """The settings that decide behaviour and speed, as this worker's vLLM built them (after
+        vLLM's own resolution), for the read-back check of reference/deploy/readback.py."""
+        return compat.built_settings(self.vllm_config, self.model_runner)
+
     def talker_open_requests(self) -> int:
         """Requests whose talker state this worker still holds (0 once all have ended)."""
         runner = self.model_runner
