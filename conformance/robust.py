@@ -153,7 +153,9 @@ def run_config(config: Config, pytest_args: list[str], load_seconds: int) -> Res
                       f"{threads} thread(s), expected {EXPECTED_CAPABILITY} with {config.threads}")
     with tempfile.TemporaryDirectory(prefix="robust-") as tmp:
         xml = Path(tmp) / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", *SELECTION, "-p", "no:cacheprovider", f"--junitxml={xml}", *pytest_args]
+        # xunit1: the JUnit flavour that keeps record_property (the figures) without a warning per figure.
+        cmd = [sys.executable, "-m", "pytest", *SELECTION, "-p", "no:cacheprovider", "-o", "junit_family=xunit1",
+               f"--junitxml={xml}", *pytest_args]
         start = time.monotonic()
         with BusyLoad(config.busy_processes, load_seconds) as load:
             code = subprocess.run(cmd, cwd=ROOT, env=env).returncode
