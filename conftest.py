@@ -1,4 +1,14 @@
-"""Suite-wide pytest setup: platform skips with reasons that say what to set or run."""
+"""Suite-wide pytest setup: the weights of the run, and platform skips with reasons that say what to
+set or run.
+
+Weights (`--weights dummy|real`, default $HIGGS_WEIGHTS, else dummy; conformance/weights.py):
+- dummy: the checks build their own dummy checkpoints (higgs_dummy/); `real_weights` checks skip,
+  naming the environment that runs them.
+- real (tox -e cpu-real / gpu-real): the session refuses to start (exit 2) unless
+  HIGGS_V3_CHECKPOINT names a checkpoint folder, so no `real_weights` check skips for want of it;
+  `dummy_weights` checks in the selection run as in a dummy run. A real-weights session in which
+  no `real_weights` check ran fails (exit 1), whatever else passed.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +16,7 @@ import os
 
 import pytest
 
+from conformance import weights
 from conformance.environment import REAL_CHECKPOINT_ENV, has_cuda
 
 # CPU engines: a small KV cache unless the caller chose one (vLLM reads it in the worker).
@@ -15,11 +26,54 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 # deadlocks"). vLLM on a CPU spawns anyway.
 os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 
+DUMMY_RUN_SKIP = (f"a dummy-weights run ({weights.MODE_ENV}=dummy): real-weight checks run under `tox -e cpu-real` "
+                  f"or `tox -e gpu-real` with {REAL_CHECKPOINT_ENV}=/path/to/higgs-audio-v3-tts-4b")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--weights", choices=weights.MODES, default=None,
+                     help=f"dummy or real weights (default: ${weights.MODE_ENV}, else dummy); real needs "
+                          f"{REAL_CHECKPOINT_ENV}")
+
+
+def pytest_configure(config):
+    try:
+        chosen = weights.mode(config.getoption("weights"))
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    config.option.weights = chosen  # what the report and the verdict read (conformance/report.py, gate_run.py)
+    if chosen == "real":
+        if problem := weights.checkpoint_problem():
+            pytest.exit(f"refusing to start: {problem}", returncode=weights.REFUSED)
+        if not hasattr(config, "workerinput"):  # pytest-xdist's controller sees every report; a worker a share
+            config.pluginmanager.register(RealChecksRan(), "higgs-real-checks-ran")
+
+
+class RealChecksRan:
+    """Fails a real-weights session in which no real-weights check ran (all skipped or deselected)."""
+
+    def __init__(self):
+        self.ran = 0
+
+    def pytest_runtest_logreport(self, report):
+        self.ran += weights.ran_real_check(report)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session):
+        if self.ran == 0 and not session.config.option.collectonly and session.exitstatus in (0, 5):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter, config):
+        if self.ran == 0 and not config.option.collectonly:
+            terminalreporter.write_sep("=", "FAILED: a real-weights run in which no real_weights check ran", red=True)
+            terminalreporter.write_line(f"every real_weights check was skipped or deselected; the weights "
+                                        f"({weights.describe('real')}) were not tested. Select them: -m real_weights")
+
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     cuda = has_cuda()
-    real = os.environ.get(REAL_CHECKPOINT_ENV)
+    dummy = config.getoption("weights") == "dummy"
     for item in items:
         if "engine" in item.keywords:
             # `pytest -n N --dist loadgroup` (tox -e gpu): one worker per test file and runner
@@ -29,9 +83,5 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{variant or 'all'}"))
         if "gpu" in item.keywords and not cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU with vLLM: run `tox -e gpu` on a GPU machine"))
-        if "real_weights" in item.keywords and not real:
-            item.add_marker(
-                pytest.mark.skip(
-                    reason=f"needs the real checkpoint: set {REAL_CHECKPOINT_ENV}=/path/to/higgs-audio-v3-tts-4b"
-                )
-            )
+        if "real_weights" in item.keywords and dummy:
+            item.add_marker(pytest.mark.skip(reason=DUMMY_RUN_SKIP))

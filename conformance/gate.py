@@ -10,11 +10,13 @@ this project editable; reused while tox.ini's recipe is unchanged.
 Without it, the suite runs on the vLLM of the current interpreter (the GPU machine).
 
 The run (conformance/gate_run.py) writes the verdict, every check's outcome and the measured
-figures, to --out (default .tox/gate-verdicts/<platform>-<version>.json); the gate prints the diff
+figures, to --out (default .tox/gate-verdicts/<platform>-<version>[-real].json); the gate prints the diff
 against --baseline (default golden/gate/<platform>-<pinned version>.json, the pins in
-reference/compat.py) and exits 1 when the candidate regresses (conformance/gate_diff.py), 2 on
-usage errors, 3 for a vLLM version reference/compat.py does not know. A baseline is a verdict of
-the pinned version: `--out golden/gate/cpu-0.32.0.json` rewrites it.
+reference/compat.py; with HIGGS_WEIGHTS=real, <platform>-<pinned version>-real.json) and exits 1
+when the candidate regresses or the two ran different weights (conformance/gate_diff.py), 2 on
+usage errors or a real-weights run refused for want of HIGGS_V3_CHECKPOINT, 3 for a vLLM version
+reference/compat.py does not know. A baseline is a verdict of the pinned version:
+`--out golden/gate/cpu-0.32.0.json` rewrites it.
 """
 
 from __future__ import annotations
@@ -105,8 +107,10 @@ def candidate_python(spec: str | None, rebuild: bool) -> tuple[str, str | None]:
     return str(venv_for(version, rebuild) / "bin" / "python"), version
 
 
-def default_baseline(platform: str) -> Path:
-    return ROOT / "golden" / "gate" / f"{platform}-{compat.PINNED[platform]}.json"
+def default_baseline(platform: str, weights: str = "dummy") -> Path:
+    """The pinned version's verdict with the same kind of weights (a verdict's `weights` field)."""
+    suffix = "-real" if weights.startswith("real") else ""
+    return ROOT / "golden" / "gate" / f"{platform}-{compat.PINNED[platform]}{suffix}.json"
 
 
 def run_suite(args: argparse.Namespace) -> tuple[dict | None, int]:
@@ -121,7 +125,8 @@ def run_suite(args: argparse.Namespace) -> tuple[dict | None, int]:
         print(f"gate: the run wrote no verdict (exit {code})", file=sys.stderr)
         return None, 3 if code == 3 else 2
     candidate = json.loads(scratch.read_text())
-    out = args.out or scratch.with_name(f"{candidate['platform']}-{candidate['vllm']}.json")
+    real = "-real" if gate_diff.weights(candidate).startswith("real") else ""
+    out = args.out or scratch.with_name(f"{candidate['platform']}-{candidate['vllm']}{real}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(scratch, out)
     print(f"\ngate: verdict written to {out} ({time.monotonic() - start:.0f} s)")
@@ -142,7 +147,7 @@ def main(argv: list[str]) -> int:
         candidate, code = run_suite(args)
         if candidate is None:
             return code
-    baseline_path = args.baseline or default_baseline(candidate["platform"])
+    baseline_path = args.baseline or default_baseline(candidate["platform"], gate_diff.weights(candidate))
     if not baseline_path.exists():
         failing = [c for c, r in candidate["checks"].items() if r["outcome"] in gate_diff.FAILING]
         print(f"gate: no baseline at {baseline_path}; {len(failing)} checks failing on the candidate")

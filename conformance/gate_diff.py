@@ -7,6 +7,11 @@ baseline (a check the baseline does not have counts too), or when a figure is ou
 further from the baseline's value than the baseline's tolerance. Reported without turning red: checks that pass
 now and failed before, checks that passed and are skipped now (coverage lost), checks and figures
 present in only one run.
+
+Both verdicts name their weights (dummy, or a real checkpoint's revision or folder; format 1
+verdicts predate the field and ran dummy weights). When they differ the diff compares different
+models: it is still printed, under a warning, and the gate is red. A real-weights candidate in
+which no real-weight check ran is red too.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections import defaultdict
 from pathlib import PurePosixPath
 
 from conformance import figures
+from conformance import weights as weights_mode
 
 FAILING = ("failed", "error")
 
@@ -30,10 +36,17 @@ class GateDiff:
     only_in_candidate: list[str] = dataclasses.field(default_factory=list)
     moved: list[tuple[str, float, float, str, str]] = dataclasses.field(default_factory=list)  # (figure, base, now, limit, unit)
     figures_missing: list[str] = dataclasses.field(default_factory=list)
+    weights_differ: tuple[str, str] | None = None  # (baseline's, candidate's) when not the same weights
+    no_real_checks: bool = False  # a real-weights candidate in which no real-weight check ran
 
     @property
     def regressed(self) -> bool:
-        return bool(self.newly_failing or self.moved)
+        return bool(self.newly_failing or self.moved or self.weights_differ or self.no_real_checks)
+
+
+def weights(verdict: dict) -> str:
+    """The verdict's `weights`; format 1 verdicts have none and ran dummy weights."""
+    return verdict.get("weights", "dummy")
 
 
 def _moved(base: float, cand: float, tolerance: float) -> bool:
@@ -45,6 +58,9 @@ def _moved(base: float, cand: float, tolerance: float) -> bool:
 def diff(baseline: dict, candidate: dict) -> GateDiff:
     base_checks, cand_checks = baseline["checks"], candidate["checks"]
     d = GateDiff()
+    if weights_mode.identity(weights(baseline)) != weights_mode.identity(weights(candidate)):
+        d.weights_differ = (weights(baseline), weights(candidate))
+    d.no_real_checks = weights(candidate).startswith("real") and not candidate.get("real_weight_checks_run")
     for check, result in sorted(cand_checks.items()):
         before = base_checks.get(check, {}).get("outcome")
         now = result["outcome"]
@@ -88,11 +104,20 @@ def area_table(verdict: dict) -> dict[str, dict[str, int]]:
 
 
 def _name(verdict: dict) -> str:
-    return f"{verdict['platform']} vLLM {verdict['vllm']} (torch {verdict['torch']})"
+    return f"{verdict['platform']} vLLM {verdict['vllm']} (torch {verdict['torch']}, weights {weights(verdict)})"
 
 
 def render(baseline: dict, candidate: dict, d: GateDiff) -> list[str]:
     lines = [f"== upgrade gate: candidate {_name(candidate)} against baseline {_name(baseline)} =="]
+    warning = []
+    if d.weights_differ:
+        warning.append(f"!! WEIGHTS DIFFER: baseline {d.weights_differ[0]}, candidate {d.weights_differ[1]}. The diff "
+                       "below compares checks and figures of different models and proves nothing: diff against a "
+                       "baseline of the same weights (--baseline).")
+    if d.no_real_checks:
+        warning.append("!! NO REAL-WEIGHT CHECK RAN on the candidate: a real-weights run that tested nothing of the "
+                       "weights (all real_weights checks skipped or deselected).")
+    lines.extend(warning)
     if candidate.get("known_differences"):
         lines.append(f"known differences (reference/compat.py): {', '.join(candidate['known_differences'])}")
     for a, counts in area_table(candidate).items():
@@ -116,7 +141,14 @@ def render(baseline: dict, candidate: dict, d: GateDiff) -> list[str]:
     section("figures the candidate did not measure", d.figures_missing, limit=10)
     counts = candidate["counts"]
     summary = ", ".join(f"{k} {v}" for k, v in counts.items())
-    lines.append(f"{'RED: the candidate regresses' if d.regressed else 'GREEN: no regression'} ({summary})")
+    lines.extend(warning)  # again beside the verdict line: a long diff must not bury it
+    if d.weights_differ:
+        outcome = "RED: baseline and candidate ran different weights"
+    elif d.no_real_checks:
+        outcome = "RED: no real-weight check ran"
+    else:
+        outcome = "RED: the candidate regresses" if d.regressed else "GREEN: no regression"
+    lines.append(f"{outcome} ({summary})")
     return lines
 
 
@@ -125,7 +157,8 @@ def matrix(verdicts: list[dict]) -> list[str]:
     errors), then every failure and every distinct skip reason per version."""
     tables = [area_table(v) for v in verdicts]
     areas = sorted({a for t in tables for a in t})
-    lines = ["| area | " + " | ".join(f"{v['platform']} {v['vllm']}" for v in verdicts) + " |",
+    titles = [f"{v['platform']} {v['vllm']}" + (" real" if weights(v).startswith("real") else "") for v in verdicts]
+    lines = ["| area | " + " | ".join(titles) + " |",
              "|---" * (len(verdicts) + 1) + "|"]
     for a in areas:
         cells = []
@@ -141,7 +174,7 @@ def matrix(verdicts: list[dict]) -> list[str]:
         for c, r in v["checks"].items():
             if r["outcome"] == "skipped":
                 skips[f"[{area(c)}] {r.get('reason', '')}"] += 1
-        lines.append(f"\n{v['platform']} {v['vllm']} (torch {v['torch']}, {v['seconds']} s): "
+        lines.append(f"\n{v['platform']} {v['vllm']} (torch {v['torch']}, weights {weights(v)}, {v['seconds']} s): "
                      + ", ".join(f"{k} {n}" for k, n in v["counts"].items()))
         lines.extend(f"- FAILED {f}" for f in fails)
         lines.extend(f"- skipped ({n}): {s}" for s, n in sorted(skips.items()))

@@ -4,8 +4,12 @@ every measured figure, written as a verdict (JSON). conformance/gate.py starts i
     python -m conformance.gate_run OUT.json [pytest args...]
 
 The suite is the one of the platform's job: on a CPU `pytest -m "not gpu"` (tox -e cpu-dummy), on
-a CUDA machine `pytest -m "gpu or engine" -n 4 --dist loadgroup` (tox -e gpu). A test reports a
-figure with `record_property("figure:<name>", {"value": v, "unit": u, "tolerance": t})`.
+a CUDA machine `pytest -m "gpu or engine" -n 4 --dist loadgroup` (tox -e gpu); with
+HIGGS_WEIGHTS=real the real-weight checks of the platform (tox -e cpu-real, gpu-real). A test
+reports a figure with `record_property("figure:<name>", {"value": v, "unit": u, "tolerance": t})`.
+The verdict names its weights (`weights`: "dummy" or "real: <path>, <revision or folder>") and how
+many real-weight checks ran (`real_weight_checks_run`); format 1 verdicts predate both and ran
+dummy weights.
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from conformance import weights
+
 ROOT = Path(__file__).resolve().parent.parent
-FORMAT = 1
+FORMAT = 2
 FAILING = ("failed", "error")
 MAX_REASON = 400
 
@@ -40,6 +48,12 @@ class VerdictCollector:
     def __init__(self):
         self.checks: dict[str, dict] = {}
         self.figures: dict[str, dict] = {}
+        self.weights: str | None = None  # dummy or real, once the session started (conftest.py)
+        self.real_checks_ran = 0
+
+    @pytest.hookimpl(trylast=True)  # after conftest.py's, which refuses a real-weights run without them
+    def pytest_configure(self, config):
+        self.weights = weights.mode(config.getoption("weights"))
 
     def _set(self, nodeid: str, outcome: str, reason: str = "") -> None:
         self.checks[nodeid] = {"outcome": outcome, "reason": reason} if reason else {"outcome": outcome}
@@ -49,6 +63,7 @@ class VerdictCollector:
             self._set(report.nodeid or "<collection>", "error", _reason(report))
 
     def pytest_runtest_logreport(self, report):
+        self.real_checks_ran += weights.ran_real_check(report)
         if hasattr(report, "wasxfail"):
             if report.when == "call" or report.skipped:
                 self._set(report.nodeid, "xfailed" if report.skipped else "xpassed", report.wasxfail)
@@ -67,10 +82,11 @@ class VerdictCollector:
                 self.figures[f"{report.nodeid}::{name.removeprefix('figure:')}"] = dict(value)
 
 
-def suite_args(platform_name: str) -> list[str]:
+def suite_args(platform_name: str, chosen: str = "dummy") -> list[str]:
+    """tox.ini's selection: cpu-dummy, gpu, cpu-real or gpu-real."""
     if platform_name == "cuda":
-        return ["-m", "gpu or engine", "-n", "4", "--dist", "loadgroup"]
-    return ["-m", "not gpu"]
+        return ["-m", "real_weights" if chosen == "real" else "gpu or engine", "-n", "4", "--dist", "loadgroup"]
+    return ["-m", "real_weights and not gpu" if chosen == "real" else "not gpu"]
 
 
 def detect_platform() -> str:
@@ -87,15 +103,21 @@ def run(out: Path, extra: list[str]) -> int:
     except compat.UnsupportedVLLMVersion as error:
         print(f"gate: {error}", file=sys.stderr)
         return 3
-    import pytest
     import torch
 
+    try:
+        chosen = weights.mode()
+    except ValueError as error:
+        print(f"gate: {error}", file=sys.stderr)
+        return 2
     platform_name = detect_platform()
     collector = VerdictCollector()
-    args = ["-q", "-p", "no:cacheprovider", *suite_args(platform_name), *extra]
+    args = ["-q", "-p", "no:cacheprovider", *suite_args(platform_name, chosen), *extra]
     start = time.monotonic()
     os.chdir(ROOT)
     code = int(pytest.main(args, plugins=[collector]))
+    if collector.weights is None:  # the session did not start (a refused real-weights run: pytest said why)
+        return code
     counts: dict[str, int] = {}
     for check in collector.checks.values():
         counts[check["outcome"]] = counts.get(check["outcome"], 0) + 1
@@ -106,6 +128,8 @@ def run(out: Path, extra: list[str]) -> int:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "known_differences": [d.name for d in compat.DIFFERENCES if d.applies(version)],
+        "weights": weights.describe(collector.weights),
+        "real_weight_checks_run": collector.real_checks_ran,
         "pytest_args": args[3:],
         "pytest_exit": code,
         "seconds": round(time.monotonic() - start),

@@ -7,7 +7,7 @@
   is noise, so it must fail every floor: a negative control, reported as an expected failure
   (xfail, strict: dummy audio that passed would fail the run). Runners that produce the same
   streams must get exactly the same scores (V1 = V2).
-- Real weights (HIGGS_V3_CHECKPOINT, GPU): the floors on each runner with 95 % intervals, and
+- Real weights (tox -e gpu-real, HIGGS_V3_CHECKPOINT): the floors on each runner with 95 % intervals, and
   V2 - V1 within the parity bound of the prompt set's size (conformance/quality/stats.py).
 
 Scorers: Whisper base and Resemblyzer from the registry, or production models from folders named

@@ -1,7 +1,8 @@
 """The real checkpoint (bosonai/higgs-audio-v3-tts-4b) against the facts the reference relies on:
 the config, the tokenizer's special tokens, every tensor name, the bundled codec, one request.
 
-Runs only when HIGGS_V3_CHECKPOINT points at a local copy (otherwise skipped, saying so)."""
+Runs in a real-weights session (tox -e cpu-real, gpu-real: HIGGS_WEIGHTS=real), which refuses to start
+unless HIGGS_V3_CHECKPOINT names a local copy; a dummy-weights session skips it, saying so (conftest.py)."""
 
 import json
 import os

@@ -1,4 +1,5 @@
-"""The upgrade gate's diff of two verdicts (conformance/gate_diff.py) and its collector's outcomes."""
+"""The upgrade gate's diff of two verdicts (conformance/gate_diff.py), the weights each names, and its
+collector's outcomes."""
 
 import json
 import math
@@ -12,12 +13,14 @@ from conformance.gate_run import VerdictCollector
 pytestmark = pytest.mark.cpu
 
 
-def verdict(checks: dict, snr_figures: dict | None = None, version: str = "0.32.0") -> dict:
+def verdict(checks: dict, snr_figures: dict | None = None, version: str = "0.32.0", weights: str = "dummy",
+            real_ran: int = 0) -> dict:
     checks = {c: ({"outcome": o} if isinstance(o, str) else {"outcome": o[0], "reason": o[1]}) for c, o in checks.items()}
     counts: dict = {}
     for r in checks.values():
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-    return {"platform": "cpu", "vllm": version, "torch": "2.13.0", "counts": counts, "checks": checks,
+    return {"platform": "cpu", "vllm": version, "torch": "2.13.0", "weights": weights, "real_weight_checks_run": real_ran,
+            "counts": counts, "checks": checks,
             "figures": {n: figures.measured(v, "dB", 3.0) for n, v in (snr_figures or {}).items()}}
 
 
@@ -93,10 +96,10 @@ def test_areas_are_the_conformance_modules_and_the_unit_tests():
                                           "unit tests": {"passed": 1, "failed": 1}}
 
 
-def _report(nodeid, when, outcome, longrepr=None, props=()):
+def _report(nodeid, when, outcome, longrepr=None, props=(), keywords=()):
     return SimpleNamespace(nodeid=nodeid, when=when, outcome=outcome, passed=outcome == "passed",
                            failed=outcome == "failed", skipped=outcome == "skipped", longrepr=longrepr,
-                           user_properties=list(props))
+                           user_properties=list(props), keywords={k: 1 for k in keywords})
 
 
 def test_the_collector_keeps_outcomes_reasons_and_figures():
@@ -129,3 +132,69 @@ def test_the_matrix_has_one_row_per_area_and_names_failures_and_skip_reasons():
     assert "| unit tests | **1 / 1 / 0** | **0 / 1 / 0** |" in lines
     assert "| codec_golden | 1 / 0 / 0 | 0 / 0 / 1 |" in lines
     assert "- FAILED tests/test_a.py::x: boom" in lines and "- skipped (1): [codec_golden] needs X" in lines
+
+
+REAL = "real: /models/higgs-audio-v3-tts-4b, revision 0123abcd"
+
+
+def test_the_header_names_both_runs_weights():
+    text = gate_diff.render(BASE, BASE, gate_diff.diff(BASE, BASE))
+    assert text[0] == ("== upgrade gate: candidate cpu vLLM 0.32.0 (torch 2.13.0, weights dummy) against baseline "
+                       "cpu vLLM 0.32.0 (torch 2.13.0, weights dummy) ==")
+    assert not any("WEIGHTS" in line for line in text)
+
+
+def test_real_weights_against_a_dummy_baseline_are_red_and_said_so_at_both_ends():
+    cand = dict(json.loads(json.dumps(BASE)), weights=REAL, real_weight_checks_run=4)
+    d = gate_diff.diff(BASE, cand)
+    assert d.weights_differ == ("dummy", REAL) and d.regressed and not d.newly_failing
+    text = gate_diff.render(BASE, cand, d)
+    warning = f"!! WEIGHTS DIFFER: baseline dummy, candidate {REAL}."
+    assert text[1].startswith(warning) and text[-2].startswith(warning)
+    assert text[-1].startswith("RED: baseline and candidate ran different weights")
+
+
+def test_a_format_1_baseline_without_weights_counts_as_dummy():
+    old = {k: v for k, v in BASE.items() if k not in ("weights", "real_weight_checks_run")}
+    assert not gate_diff.diff(old, BASE).regressed
+    d = gate_diff.diff(old, dict(BASE, weights=REAL, real_weight_checks_run=1))
+    assert d.weights_differ == ("dummy", REAL)
+
+
+def test_the_same_checkpoint_elsewhere_is_the_same_weights_and_another_revision_is_not():
+    base = dict(BASE, weights=REAL, real_weight_checks_run=4)
+    moved = dict(base, weights="real: /elsewhere/higgs, revision 0123abcd")
+    assert not gate_diff.diff(base, moved).regressed
+    other = dict(base, weights="real: /models/higgs-audio-v3-tts-4b, revision 99999999")
+    assert gate_diff.diff(base, other).weights_differ == (REAL, other["weights"])
+
+
+def test_a_real_candidate_in_which_no_real_check_ran_is_red():
+    base = dict(BASE, weights=REAL, real_weight_checks_run=4)
+    cand = dict(base, real_weight_checks_run=0)
+    d = gate_diff.diff(base, cand)
+    assert d.no_real_checks and d.regressed and d.weights_differ is None
+    text = gate_diff.render(base, cand, d)
+    assert text[1].startswith("!! NO REAL-WEIGHT CHECK RAN on the candidate")
+    assert text[-1].startswith("RED: no real-weight check ran")
+    assert not gate_diff.diff(BASE, dict(BASE, real_weight_checks_run=0)).no_real_checks  # dummy runs have none
+
+
+def test_the_matrix_marks_real_weights_and_names_each_runs_weights():
+    lines = gate_diff.matrix([dict(BASE, seconds=1), dict(BASE, weights=REAL, seconds=2)])
+    assert lines[0] == "| area | cpu 0.32.0 | cpu 0.32.0 real |"
+    assert any(line.startswith(f"\ncpu 0.32.0 (torch 2.13.0, weights {REAL}, 2 s)") for line in lines)
+
+
+def test_the_collector_counts_the_real_weight_checks_whose_body_ran():
+    c = VerdictCollector()
+    c.pytest_runtest_logreport(_report("t::r", "setup", "passed", keywords=["real_weights"]))
+    c.pytest_runtest_logreport(_report("t::r", "call", "failed", "AssertionError", keywords=["real_weights"]))
+    c.pytest_runtest_logreport(_report("t::s", "setup", "skipped", ("f.py", 1, "Skipped: x"), keywords=["real_weights"]))
+    c.pytest_runtest_logreport(_report("t::d", "call", "passed", keywords=["dummy_weights"]))
+    assert c.real_checks_ran == 1
+
+
+def test_the_default_baseline_has_the_candidates_kind_of_weights():
+    assert gate.default_baseline("cpu").name == "cpu-0.32.0.json"
+    assert gate.default_baseline("cpu", REAL).name == "cpu-0.32.0-real.json"
