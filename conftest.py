@@ -70,17 +70,28 @@ class RealChecksRan:
                                         f"({weights.describe('real')}) were not tested. Select them: -m real_weights")
 
 
+def xdist_group(item) -> str:
+    """The pytest-xdist group of a check (`pytest -n N --dist loadgroup`: tox -e cpu-dummy and
+    tox -e gpu): a group runs in one worker, in order. An engine check's group is its test file and
+    runner variant, so that each group's engines boot once and the variants boot in parallel;
+    any other check's group is its test file, so that its module fixtures are built once."""
+    if "engine" not in item.keywords:
+        return item.module.__name__
+    params = item.callspec.params if hasattr(item, "callspec") else {}
+    variant = params.get("variant", params.get("engines"))  # a module's engines, when parametrized
+    return f"{item.module.__name__}:{variant or 'all'}"
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     cuda = has_cuda()
     dummy = config.getoption("weights") == "dummy"
+    # Files with slow checks first (pytest-xdist hands groups out in order): a long group started
+    # last would leave the other workers idle at the end. Stable: each file's order holds.
+    slow_files = {item.path for item in items if "slow" in item.keywords}
+    items.sort(key=lambda item: item.path not in slow_files)
     for item in items:
-        if "engine" in item.keywords:
-            # `pytest -n N --dist loadgroup` (tox -e gpu): one worker per test file and runner
-            # variant, so that each group's engines boot once.
-            params = item.callspec.params if hasattr(item, "callspec") else {}
-            variant = params.get("variant", params.get("engines"))  # a module's engines, when parametrized
-            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{variant or 'all'}"))
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
         if "gpu" in item.keywords and not cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU with vLLM: run `tox -e gpu` on a GPU machine"))
         if "real_weights" in item.keywords and dummy:

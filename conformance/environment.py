@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 REAL_CHECKPOINT_ENV = "HIGGS_V3_CHECKPOINT"
+# pytest-xdist arguments of the CPU suite (tox -e cpu-dummy says the same): two workers, each
+# check in its group (conftest.py), so that a group's engines and module fixtures are built once.
+CPU_WORKERS = ("-n", "2", "--dist", "loadgroup")
 
 
 def has_cuda() -> bool:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conformance import weights
+from conformance.environment import CPU_WORKERS
 
 ROOT = Path(__file__).resolve().parent.parent
 FORMAT = 2
@@ -86,7 +87,7 @@ def suite_args(platform_name: str, chosen: str = "dummy") -> list[str]:
     """tox.ini's selection: cpu-dummy, gpu, cpu-real or gpu-real."""
     if platform_name == "cuda":
         return ["-m", "real_weights" if chosen == "real" else "gpu or engine", "-n", "4", "--dist", "loadgroup"]
-    return ["-m", "real_weights and not gpu" if chosen == "real" else "not gpu"]
+    return ["-m", "real_weights and not gpu" if chosen == "real" else "not gpu", *CPU_WORKERS]
 
 
 def detect_platform() -> str:

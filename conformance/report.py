@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conformance import weights
-from conformance.environment import REAL_CHECKPOINT_ENV
+from conformance.environment import CPU_WORKERS, REAL_CHECKPOINT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +90,8 @@ def environment_lines(chosen: str, real_checks_ran: int) -> list[str]:
 
 def main(args: list[str]) -> int:
     collector = AreaCollector()
-    code = pytest.main(["-q", "-p", "no:cacheprovider", str(ROOT / "conformance"), *args], plugins=[collector])
+    code = pytest.main(["-q", "-p", "no:cacheprovider", *CPU_WORKERS, str(ROOT / "conformance"), *args],
+                       plugins=[collector])
     if collector.weights is None:  # the session did not start (a refused real-weights run: pytest said why)
         return int(code)
     print("\n== Higgs Audio v3 conformance report ==")

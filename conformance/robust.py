@@ -36,8 +36,10 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
+from conformance.environment import CPU_WORKERS
+
 ROOT = Path(__file__).resolve().parent.parent
-SELECTION = ["-m", "not gpu"]
+SELECTION = ["-m", "not gpu", *CPU_WORKERS]
 ISA_LIMITS = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"}
 EXPECTED_CAPABILITY = "DEFAULT"  # torch.backends.cpu.get_cpu_capability() under ATEN_CPU_CAPABILITY=default
 OUTCOMES = ("passed", "failed", "errors", "skipped", "xfailed")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 from higgs_dummy.checkpoint import write_checkpoint
@@ -25,12 +26,20 @@ def cached_checkpoint(size: str = "tiny", seed: int = 0, flavour: str = "greedy"
     """The folder of the dummy checkpoint for (size, seed, flavour), written on first use.
 
     The folder is `$HIGGS_FIXTURE_CACHE/<size>-seed<seed>[-<flavour>]-<writer digest>` (default:
-    .cache/checkpoints in the repository). A `.complete` marker guards against a half-written folder.
+    .cache/checkpoints in the repository). It is written under a temporary name and renamed into
+    place whole, so processes that race for it (pytest-xdist workers) never see a half-written
+    folder; the one that loses the race drops its copy.
     """
     root = Path(os.environ.get(CACHE_ENV, ROOT / ".cache" / "checkpoints"))
     name = f"{size}-seed{seed}" + ("" if flavour == "greedy" else f"-{flavour}") + f"-{writer_digest()}"
     path = root / name
-    if not (path / ".complete").exists():
-        write_checkpoint(path, size, seed, flavour)
-        (path / ".complete").touch()
+    if not path.is_dir():
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root, prefix=f".{name}.") as scratch:
+            written = write_checkpoint(Path(scratch) / name, size, seed, flavour)
+            try:
+                written.rename(path)
+            except OSError:  # another process renamed its copy into place first
+                if not path.is_dir():
+                    raise
     return path
