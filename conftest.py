@@ -70,16 +70,24 @@ class RealChecksRan:
                                         f"({weights.describe('real')}) were not tested. Select them: -m real_weights")
 
 
+# The test parameters that pick a module's engine: a runner variant, or a module's engines. A
+# module whose every case boots an engine of its own names its case parameter in ENGINE_PARAM.
+ENGINE_PARAMS = ("variant", "engines")
+
+
 def xdist_group(item) -> str:
     """The pytest-xdist group of a check (`pytest -n N --dist loadgroup`: tox -e cpu-dummy and
     tox -e gpu): a group runs in one worker, in order. An engine check's group is its test file and
-    runner variant, so that each group's engines boot once and the variants boot in parallel;
-    any other check's group is its test file, so that its module fixtures are built once."""
+    the parameter that picks its engine (ENGINE_PARAMS), so that each group's engines boot once and
+    different engines boot in parallel; any other check's group is its test file, so that its
+    module fixtures are built once."""
     if "engine" not in item.keywords:
         return item.module.__name__
     params = item.callspec.params if hasattr(item, "callspec") else {}
-    variant = params.get("variant", params.get("engines"))  # a module's engines, when parametrized
-    return f"{item.module.__name__}:{variant or 'all'}"
+    names = [getattr(item.module, "ENGINE_PARAM", None), *ENGINE_PARAMS]
+    engine = next((params[name] for name in names if name in params), None)
+    engine = engine.get("id") if isinstance(engine, dict) else engine
+    return f"{item.module.__name__}:{engine or 'all'}"
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

@@ -19,6 +19,7 @@ from reference.talker.engine import built_runners, built_settings, start_llm_for
 pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]
 
 DOC = load("profiles/boot")
+ENGINE_PARAM = "case"  # every case boots an engine of its own: pytest-xdist may run them side by side (conftest.py)
 PROMPTS = talker_cases.load_prompts()
 THIS_PLATFORM = "cuda" if has_cuda() else "cpu"
 
