@@ -7,7 +7,7 @@ exits 2 with a message naming HIGGS_V3_CHECKPOINT when it is unset, names no fol
 folder that is not a Higgs Audio v3 checkpoint (config.json with its model type and architecture,
 *.safetensors weights, a tokenizer). The tox environments `cpu-real` and `gpu-real` set
 HIGGS_WEIGHTS=real and run this first (toxfile.py: before tox installs anything), as does the
-pytest session (conftest.py). `python -m conformance.check_checkpoint DIR` checks every fact; this
+pytest session (conftest.py). `python -m conformance.talker.check_checkpoint DIR` checks every fact; this
 is the quick look that catches a wrong path.
 
 Standard library only: toxfile.py runs it with tox's own interpreter, before any install.

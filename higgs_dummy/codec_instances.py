@@ -2,7 +2,7 @@
 
 On a small shared CPU, torch's intra-op threads fight over the cores and a tiny decode slows
 down ~10x; tests decode under `one_torch_thread()`: one thread, or HIGGS_TORCH_THREADS of them
-(conformance/robust.py runs the suite with 2, to show the pinned figures do not depend on it).
+(conformance/tools/robust.py runs the suite with 2, to show the pinned figures do not depend on it).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`python -m conformance.check_checkpoint DIR` on the dummy checkpoints, and on broken copies."""
+"""`python -m conformance.talker.check_checkpoint DIR` on the dummy checkpoints, and on broken copies."""
 
 import json
 import shutil
@@ -6,7 +6,7 @@ import shutil
 import pytest
 from safetensors.torch import load_file, save_file
 
-from conformance import check_checkpoint
+from conformance.talker import check_checkpoint
 from higgs_dummy.cache import cached_checkpoint
 
 pytestmark = pytest.mark.cpu

@@ -1,5 +1,5 @@
 """The vLLM compatibility layer, on the installed vLLM (0.32 here; the upgrade gate runs it on
-every known version, conformance/gate.py; the GPU run exercises 0.26)."""
+every known version, conformance/tools/gate.py; the GPU run exercises 0.26)."""
 
 import msgspec
 import pytest

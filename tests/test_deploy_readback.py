@@ -1,5 +1,5 @@
 """What vLLM must build for a resolved profile, and the comparison with what the workers report
-(reference/deploy/readback.py); the engine side runs in conformance/test_profile_boot.py."""
+(reference/deploy/readback.py); the engine side runs in conformance/deploy/test_profile_boot.py."""
 
 import json
 

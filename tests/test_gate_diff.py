@@ -1,4 +1,4 @@
-"""The upgrade gate's diff of two verdicts (conformance/gate_diff.py), the weights each names, and its
+"""The upgrade gate's diff of two verdicts (conformance/tools/gate_diff.py), the weights each names, and its
 collector's outcomes."""
 
 import json
@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance import figures, gate, gate_diff
-from conformance.gate_run import VerdictCollector
+from conformance import figures
+from conformance.tools import gate, gate_diff
+from conformance.tools.gate_run import VerdictCollector
 
 pytestmark = pytest.mark.cpu
 
@@ -25,8 +26,8 @@ def verdict(checks: dict, snr_figures: dict | None = None, version: str = "0.32.
 
 
 BASE = verdict({"tests/test_a.py::x": "passed", "tests/test_a.py::broken": ("failed", "old"),
-                "conformance/test_codec_golden.py::c": "passed", "conformance/test_talker_streams.py::s": "passed"},
-               {"conformance/test_stream_vs_offline.py::t[tiny-default]::snr_db": 114.9})
+                "conformance/codec/test_codec_golden.py::c": "passed", "conformance/talker/test_talker_streams.py::s": "passed"},
+               {"conformance/codec/test_stream_vs_offline.py::t[tiny-default]::snr_db": 114.9})
 
 
 def test_identical_runs_are_green():
@@ -46,28 +47,28 @@ def test_a_check_failing_only_on_the_candidate_is_red_and_named_with_its_reason(
 
 def test_errors_and_new_failing_checks_count_but_an_old_failure_does_not():
     cand = json.loads(json.dumps(BASE))
-    cand["checks"]["conformance/test_codec_golden.py::c"] = {"outcome": "error", "reason": "fixture"}
+    cand["checks"]["conformance/codec/test_codec_golden.py::c"] = {"outcome": "error", "reason": "fixture"}
     cand["checks"]["conformance/test_new.py::n"] = {"outcome": "failed", "reason": "new"}
     d = gate_diff.diff(BASE, cand)
-    assert [c for c, _ in d.newly_failing] == ["conformance/test_codec_golden.py::c", "conformance/test_new.py::n"]
+    assert [c for c, _ in d.newly_failing] == ["conformance/codec/test_codec_golden.py::c", "conformance/test_new.py::n"]
     assert d.only_in_candidate == ["conformance/test_new.py::n"]  # the old failure ('broken') is not news
 
 
 def test_fixed_skipped_and_vanished_checks_are_reported_without_turning_red():
     cand = json.loads(json.dumps(BASE))
     cand["checks"]["tests/test_a.py::broken"] = {"outcome": "passed"}
-    cand["checks"]["conformance/test_talker_streams.py::s"] = {"outcome": "skipped", "reason": "needs X"}
-    del cand["checks"]["conformance/test_codec_golden.py::c"]
+    cand["checks"]["conformance/talker/test_talker_streams.py::s"] = {"outcome": "skipped", "reason": "needs X"}
+    del cand["checks"]["conformance/codec/test_codec_golden.py::c"]
     d = gate_diff.diff(BASE, cand)
     assert not d.regressed
     assert d.newly_passing == ["tests/test_a.py::broken"]
-    assert d.newly_skipped == [("conformance/test_talker_streams.py::s", "needs X")]
-    assert d.only_in_baseline == ["conformance/test_codec_golden.py::c"]
+    assert d.newly_skipped == [("conformance/talker/test_talker_streams.py::s", "needs X")]
+    assert d.only_in_baseline == ["conformance/codec/test_codec_golden.py::c"]
 
 
 @pytest.mark.parametrize("value, red", [(114.9 + 2.9, False), (114.9 - 3.1, True), (math.inf, True)])
 def test_a_measured_figure_is_red_only_beyond_the_baselines_tolerance(value, red):
-    name = "conformance/test_stream_vs_offline.py::t[tiny-default]::snr_db"
+    name = "conformance/codec/test_stream_vs_offline.py::t[tiny-default]::snr_db"
     cand = verdict({c: r["outcome"] for c, r in BASE["checks"].items()}, {name: value})
     cand["checks"]["tests/test_a.py::broken"] = BASE["checks"]["tests/test_a.py::broken"]
     d = gate_diff.diff(BASE, cand)
@@ -76,7 +77,7 @@ def test_a_measured_figure_is_red_only_beyond_the_baselines_tolerance(value, red
 
 @pytest.mark.parametrize("value, red", [(114.9, False), (109.3, False), (100.0, False), (99.9, True), (-math.inf, True)])
 def test_a_bounded_figure_is_red_only_beyond_the_baselines_bound_whatever_its_noise(value, red):
-    name = "conformance/test_stream_vs_offline.py::t[tiny-default]::snr_db"
+    name = "conformance/codec/test_stream_vs_offline.py::t[tiny-default]::snr_db"
     base = dict(BASE, figures={name: figures.bounded(114.9, "dB", at_least=100.0)})
     # A candidate that lowers its own bound is still held to the baseline's.
     cand = dict(base, figures={name: figures.bounded(value, "dB", at_least=50.0)})
@@ -125,7 +126,7 @@ def test_the_gate_refuses_an_unknown_version_before_building_anything(capsys):
 
 
 def test_the_matrix_has_one_row_per_area_and_names_failures_and_skip_reasons():
-    other = verdict({"tests/test_a.py::x": ("failed", "boom"), "conformance/test_codec_golden.py::c": ("skipped", "needs X")},
+    other = verdict({"tests/test_a.py::x": ("failed", "boom"), "conformance/codec/test_codec_golden.py::c": ("skipped", "needs X")},
                     version="0.31.0")
     lines = gate_diff.matrix([dict(BASE, seconds=1), dict(other, seconds=2)])
     assert lines[0] == "| area | cpu 0.32.0 | cpu 0.31.0 |"

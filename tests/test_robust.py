@@ -1,4 +1,4 @@
-"""conformance/robust.py without running the suite: its configurations, the busy load's lifecycle,
+"""conformance/tools/robust.py without running the suite: its configurations, the busy load's lifecycle,
 the counts it reads, its summary and exit status; and the decode threads the tests honour."""
 
 import os
@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conformance import robust
+from conformance.tools import robust
 from higgs_dummy.codec_instances import decode_threads, one_torch_thread
 
 pytestmark = pytest.mark.cpu

@@ -25,7 +25,7 @@ import torch
 
 from conformance import case_files
 from conformance.oracles.sampling_numpy import allowed_ids, filtered_distribution
-from conformance.sampling_stats import chi_square_p, ks_uniform_p
+from conformance.talker.sampling_stats import chi_square_p, ks_uniform_p
 from reference.talker.step import talker_step
 
 pytestmark = pytest.mark.cpu
@@ -122,7 +122,7 @@ def test_draw_frequencies_follow_the_renormalised_distribution(case, group):
 
 
 def test_the_p_values_agree_with_scipy():
-    """The suite's own chi-square and KS p-values (conformance/sampling_stats.py) equal scipy's."""
+    """The suite's own chi-square and KS p-values (conformance/talker/sampling_stats.py) equal scipy's."""
     stats = pytest.importorskip("scipy.stats")
     observed, probs = [480, 310, 210], [0.5, 0.3, 0.2]
     statistic, p = chi_square_p(observed, probs)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from conformance import talker_cases
+from conformance.talker import talker_cases
 from higgs_dummy.cache import cached_checkpoint
 from reference.codec.encoder import frames_for, load_encoder
 from reference.codec.wav_io import read_wav, write_wav

@@ -131,7 +131,7 @@ def test_the_reports_header_names_the_weights(monkeypatch):
 
 # -- the pytest session and the verdict (subprocesses: a session of their own) ----------------------
 
-REAL_CHECK = "conformance/test_real_checkpoint.py::test_config_declares_the_higgs_v3_talker"
+REAL_CHECK = "conformance/talker/test_real_checkpoint.py::test_config_declares_the_higgs_v3_talker"
 NOT_REAL = "tests/test_gate_diff.py::test_identical_runs_are_green"
 
 
@@ -168,7 +168,7 @@ def test_a_real_session_in_which_a_real_check_ran_passes_and_a_dummy_one_skips_i
 
 
 def gate_run(out: Path, *args, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "conformance.gate_run", str(out), *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "conformance.tools.gate_run", str(out), *args], cwd=ROOT,
                           env=_env(PYTHONPATH=str(ROOT), **env), capture_output=True, text=True, timeout=300)
 
 

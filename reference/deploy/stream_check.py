@@ -7,7 +7,7 @@ the offline decode up to float rounding whatever the weights; one frame short co
 
 A geometry of conformance/cases/codec/streaming.yaml is quoted by its case id, read as plain data
 (no codec, checkpoint or test fixture is needed; without that file nothing is quoted): a lossy one
-with the SNR measured for it (`measured`, from `pytest conformance/test_stream_vs_offline.py -s`), an
+with the SNR measured for it (`measured`, from `pytest conformance/codec/test_stream_vs_offline.py -s`), an
 exact one with the bound it must reach (its SNR above the bound is float noise, no figure).
 """
 

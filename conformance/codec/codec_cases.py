@@ -1,0 +1,112 @@
+"""The codec cases' inputs (conformance/cases/codec/) and the golden summary format.
+
+Shared by the golden writer (`conformance/tools/regen_codec.py`) and the tests; it decodes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conformance.oracles import delay_numpy
+from conformance.oracles.delay_numpy import EOC
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN_DIR = ROOT / "golden" / "codec"
+NUM_CODEBOOKS = 8  # the oracle side's own copy, on purpose (independent of reference/)
+
+
+def build_codes(spec: dict[str, Any]) -> np.ndarray:
+    """A codes spec -> int64 [8, T]."""
+    frames, kind = int(spec["frames"]), spec["kind"]
+    q = np.arange(NUM_CODEBOOKS)[:, None]
+    t = np.arange(frames)[None, :]
+    if kind == "random":
+        return np.random.default_rng(int(spec["seed"])).integers(0, 1024, size=(NUM_CODEBOOKS, frames)).astype(np.int64)
+    if kind == "constant":
+        return np.full((NUM_CODEBOOKS, frames), int(spec["value"]), dtype=np.int64)
+    if kind == "ramp":
+        return ((spec["start"] + spec["step"] * t + spec["codebook_step"] * q) % 1024).astype(np.int64)
+    if kind == "cycle":
+        values = np.asarray(spec["values"], dtype=np.int64)
+        return values[(q + t) % len(values)]
+    raise ValueError(f"unknown codes kind {kind!r} (conformance/schemas/codec/decode.json lists them)")
+
+
+def expected_frames(case: dict[str, Any]) -> np.ndarray:
+    """The real frames [8, T] a case decodes (what the golden was made from)."""
+    return build_codes(case["codes"])
+
+
+def case_rows(case: dict[str, Any]) -> np.ndarray:
+    """For an `input: rows` case: the talker rows [L, 8], partial trailing frame included."""
+    frames = build_codes(case["codes"])
+    partial = case.get("partial_frame")
+    if partial:
+        extra = np.random.default_rng(int(partial["seed"])).integers(0, 1024, size=(NUM_CODEBOOKS, 1))
+        extra[: int(partial["eoc_through_codebook"]) + 1] = EOC
+        frames = np.concatenate([frames, extra], axis=1)
+    return delay_numpy.delayed_rows(frames)
+
+
+def summarize(pcm: np.ndarray, hop: int, head: int, probe_stride: int) -> dict[str, Any]:
+    """A PCM [N] -> the golden summary (float64 values)."""
+    x = np.asarray(pcm, dtype=np.float64)
+    frames = x[: len(x) // hop * hop].reshape(-1, hop)
+    return {
+        "num_samples": int(len(x)),
+        "rms": float(np.sqrt(np.mean(x * x))) if len(x) else 0.0,
+        "peak": float(np.max(np.abs(x))) if len(x) else 0.0,
+        "frame_rms": np.sqrt(np.mean(frames * frames, axis=1)).tolist(),
+        "head": x[:head].tolist(),
+        "tail": x[-head:].tolist() if len(x) else [],
+        "probe": x[::probe_stride].tolist(),
+    }
+
+
+def compare(summary: dict[str, Any], golden: dict[str, Any], max_abs: float) -> list[str]:
+    """Every summary field outside the tolerance, as readable lines (empty: within tolerance)."""
+    if summary["num_samples"] != golden["num_samples"]:
+        return [f"num_samples {summary['num_samples']} != golden {golden['num_samples']}"]
+    problems = []
+    for key in ("rms", "peak", "frame_rms", "head", "tail", "probe"):
+        got, want = np.atleast_1d(summary[key]), np.atleast_1d(golden[key])
+        if got.shape != want.shape:
+            problems.append(f"{key}: {got.shape[0]} values, golden has {want.shape[0]}")
+            continue
+        err = np.abs(got - want)
+        if err.size and err.max() > max_abs:
+            i = int(err.argmax())
+            problems.append(f"{key}[{i}]: {got[i]:.7g} vs golden {want[i]:.7g} (|diff| {err[i]:.3g} > {max_abs:g})")
+    return problems
+
+
+def weights_sha256(state: dict[str, np.ndarray]) -> str:
+    """sha256 over sorted names, dtypes, shapes and little-endian bytes of the codec tensors."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        a = np.ascontiguousarray(state[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}".encode())
+        h.update(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    return h.hexdigest()
+
+
+def codes_sha256(codes: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(codes, dtype="<i8").tobytes()).hexdigest()
+
+
+def golden_path(case_id: str, golden_dir: Path = GOLDEN_DIR) -> Path:
+    return Path(golden_dir) / f"{case_id}.json"
+
+
+def read_golden(case_id: str, golden_dir: Path = GOLDEN_DIR) -> dict[str, Any]:
+    path = golden_path(case_id, golden_dir)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no golden {path}: regenerate the goldens with `tox -e regen`"
+        )
+    return json.loads(path.read_text())

@@ -1,0 +1,1 @@
+"""Serving checks: the streaming speech API and the OpenAI-compatible HTTP server."""

@@ -1,0 +1,136 @@
+"""Driving `python -m reference.serve` from the checks: a server process on loopback, its
+metrics, request bodies from the talker prompts, and the audio they return.
+
+The server is a child process (its own session, so its engine goes with it), on 127.0.0.1 and a
+free port; it is healthy when `GET /health` answers 200 (a CPU boot takes about a minute).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import torch
+
+from conformance.talker import talker_cases
+from reference.serve.metrics import metric, parse_metrics
+from reference.serve.wav import HEADER_BYTES, parse_header, pcm16, wav_file
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_NAME = "higgs-tiny"
+BOOT_TIMEOUT_S = 420.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, checkpoint, profile: str, platform: str, overrides: dict, workdir: Path, voices: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "server.log"
+        sets = [a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]
+        cmd = [sys.executable, "-m", "reference.serve", "--profile", profile, "--model", str(checkpoint),
+               "--host", "127.0.0.1", "--port", str(self.port), "--platform", platform, "--voices", str(voices),
+               "--served-model-name", MODEL_NAME, "--log-level", "warning", *sets]
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.client = httpx.Client(base_url=self.url, timeout=120.0)
+
+    def wait_healthy(self, timeout: float = BOOT_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited ({self.proc.returncode}):\n{self.log_tail()}")
+            try:
+                if self.client.get("/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"the server was not healthy within {timeout:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        self.client.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # uvicorn shuts down, the app shuts the engine down
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the server's own session: it and its engine
+                self.proc.wait(timeout=30)
+        self._log.close()
+
+    def metrics(self) -> dict[str, float]:
+        response = self.client.get("/metrics")
+        response.raise_for_status()
+        return parse_metrics(response.text)
+
+    def value(self, name: str) -> float:
+        return metric(self.metrics(), name)
+
+    def wait_for(self, condition, timeout: float = 30.0, interval: float = 0.05) -> dict[str, float]:
+        """Polls /metrics until `condition(values)` holds; AssertionError with the last values if not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            values = self.metrics()
+            if condition(values):
+                return values
+            if time.monotonic() > deadline:
+                shown = ("higgs_serve_requests_aborted_total", "higgs_serve_talker_slots_in_use",
+                         "higgs_serve_requests_running", "vllm:num_requests_running", "vllm:num_requests_waiting",
+                         "vllm:kv_cache_usage_perc")
+                raise AssertionError(f"metrics did not settle within {timeout} s: "
+                                     + ", ".join(f"{n.removeprefix('higgs_serve_')} {metric(values, n):g}" for n in shown))
+            time.sleep(interval)
+
+
+def body_for(prompt: dict, **extra) -> dict:
+    """A greedy speech request for a talker prompt (its reference audio as a base64 WAV)."""
+    body = {"model": MODEL_NAME, "input": prompt["text"], "voice": "default", "temperature": 0.0}
+    if prompt.get("ref_audio"):
+        body["ref_audio"] = wav_base64(talker_cases.reference_audio(prompt["ref_audio"]))
+    if prompt.get("ref_text") and (prompt.get("ref_audio") or extra.get("voice", "default") != "default"):
+        body["ref_text"] = prompt["ref_text"]
+    return {**body, **extra}
+
+
+def wav_bytes(samples: np.ndarray, sample_rate: int = talker_cases.REF_AUDIO_RATE) -> bytes:
+    return wav_file(pcm16(samples), sample_rate)
+
+
+def wav_base64(samples: np.ndarray, sample_rate: int = talker_cases.REF_AUDIO_RATE) -> str:
+    return base64.b64encode(wav_bytes(samples, sample_rate)).decode()
+
+
+def pcm_of_wav(data: bytes, streamed: bool) -> bytes:
+    """The PCM of a WAV response, after checking its header: exact sizes when whole, the
+    "unknown length" sizes (0xFFFFFFFF) when streamed."""
+    header = parse_header(data)
+    assert (header["channels"], header["sample_rate"], header["bits"]) == (1, 24000, 16), header
+    pcm = data[HEADER_BYTES:]
+    if streamed:
+        assert (header["riff_size"], header["data_size"]) == (0xFFFFFFFF, 0xFFFFFFFF), (
+            f"a streamed WAV header claims a length: {header}")
+    else:
+        assert header["data_size"] == len(pcm), f"the header claims {header['data_size']} data bytes, sent {len(pcm)}"
+        assert header["riff_size"] == 36 + len(pcm), f"RIFF size {header['riff_size']} for {len(pcm)} data bytes"
+    return pcm
+
+
+def as_float(pcm: bytes) -> torch.Tensor:
+    return torch.from_numpy(np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32767.0)

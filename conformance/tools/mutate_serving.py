@@ -1,0 +1,56 @@
+"""Check that the serving checks catch planted defects (issue #11).
+
+    python -m conformance.tools.mutate_serving [--baseline] [--list] [INDEX ...]
+
+Each mutation plants one defect in a copy of the tree and runs the check of
+conformance/serving/test_serving.py meant to catch it, against a server started from that copy (one
+server boot per mutation: about a minute and a half each on a CPU). The mechanics:
+conformance/tools/mutation_run.py. On a CPU the selections run the cpu_default variant; on a GPU
+machine the gpu_* variants.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from conformance.tools.mutation_run import main, mutations_from_table
+
+PROTOCOL, AUDIO, APP, WAV = ("reference/serve/protocol.py", "reference/serve/audio.py", "reference/serve/app.py",
+                             "reference/serve/wav.py")
+V1, STAGE = "reference/talker/runner_v1.py", "reference/codec/stage.py"
+
+
+def serving(selection: str) -> tuple[str, ...]:
+    return ("conformance/serving/test_serving.py", "-k", selection)
+
+
+ABORT = serving("test_disconnect_aborts_the_request_and_spares_the_others")
+PLAIN = serving("test_streamed_audio_equals_the_whole_response and plain")
+
+# (name, file, old text, new text, pytest arguments that must fail)
+MUTATIONS = [
+    ("an empty input answered 500 (the check dropped: the prompt builder raises)", PROTOCOL,
+     "    if not text.strip():\n        raise RequestError(400, \"input\", \"'input' is empty: give the text to speak\")\n",
+     "", serving("test_bad_input and (empty_input or whitespace_input)")),
+    ("a disconnect that does not abort (the producer runs on)", STAGE,
+     "            stream.close()\n            feeder.cancel()\n            await asyncio.gather(feeder, return_exceptions=True)",
+     "            pass", ABORT),
+    ("a talker slot not freed when its request ends (aborted ones included)", V1,
+     "            self.talker_requests.pop(req_id, None)\n",
+     "            pass\n", ABORT),
+    ("the streamed WAV header claiming a length (0 bytes of data)", APP,
+     "        if fmt == \"wav\":\n            yield wav_header(None)\n        async for chunk in chunks:\n            yield pcm16(chunk)",
+     "        if fmt == \"wav\":\n            yield wav_header(0)\n        async for chunk in chunks:\n            yield pcm16(chunk)",
+     PLAIN),
+    ("the whole WAV header claiming the wrong length (samples for bytes)", WAV,
+     "    data = UNKNOWN_LENGTH if data_bytes is None else data_bytes\n",
+     "    data = UNKNOWN_LENGTH if data_bytes is None else data_bytes // 2\n", PLAIN),
+    ("streamed chunks dropped after the first (a gap)", AUDIO,
+     "                if first:\n                    self.metrics.ttfa.observe(time.monotonic() - received)\n                    first = False\n                yield item",
+     "                if first:\n                    self.metrics.ttfa.observe(time.monotonic() - received)\n                    first = False\n                    yield item",
+     PLAIN),
+]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(mutations_from_table(MUTATIONS), sys.argv[1:], prefix="mutate_serving_"))
