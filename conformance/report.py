@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conformance import weights
+from conformance.gate_run import check_id
 from conformance.environment import CPU_WORKERS, REAL_CHECKPOINT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +61,7 @@ class AreaCollector:
                 self.notes[area].add(f"skipped: {reason.removeprefix('Skipped: ')}")
             elif report.failed:
                 message = str(report.longrepr).strip().splitlines()[-1]
-                self.notes[area].add(f"FAILED {report.nodeid.split('::', 1)[-1]}: {message}")
+                self.notes[area].add(f"FAILED {check_id(report.nodeid).split('::', 1)[-1]}: {message}")
 
 
 def weights_line(chosen: str, real_checks_ran: int) -> str:

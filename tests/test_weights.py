@@ -175,12 +175,13 @@ def gate_run(out: Path, *args, **env) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_the_verdict_names_its_weights_and_counts_the_real_checks_that_ran(tmp_path):
     folder = cached_checkpoint("tiny", 0)
-    dummy = gate_run(tmp_path / "dummy.json", NOT_REAL)
+    dummy = gate_run(tmp_path / "dummy.json", NOT_REAL, "-n", "0")  # one check: no workers
     assert dummy.returncode == 0, dummy.stdout + dummy.stderr
     verdict = json.loads((tmp_path / "dummy.json").read_text())
     assert (verdict["format"], verdict["weights"], verdict["real_weight_checks_run"]) == (2, "dummy", 0)
     assert verdict["pytest_args"][:2] == ["-m", "not gpu"]
-    real = gate_run(tmp_path / "real.json", "-k", "config_declares", HIGGS_WEIGHTS="real", HIGGS_V3_CHECKPOINT=str(folder))
+    real = gate_run(tmp_path / "real.json", "-k", "config_declares", "-n", "0", HIGGS_WEIGHTS="real",
+                    HIGGS_V3_CHECKPOINT=str(folder))
     assert real.returncode == 0, real.stdout + real.stderr
     verdict = json.loads((tmp_path / "real.json").read_text())
     assert verdict["weights"] == f"real: {folder.resolve()}, folder {folder.name}"

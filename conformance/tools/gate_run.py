@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ from conformance.environment import CPU_WORKERS
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT = 2
 FAILING = ("failed", "error")
+XDIST_GROUP_SUFFIX = re.compile(r"@[\w.:-]+$")
 MAX_REASON = 400
 
 
@@ -40,6 +42,12 @@ def _reason(report) -> str:
     lines = str(report.longrepr).strip().splitlines()
     text = " ".join((crash.message if crash is not None else lines[-1] if lines else "").split())
     return text if len(text) <= MAX_REASON else text[:MAX_REASON] + "..."
+
+
+def check_id(nodeid: str) -> str:
+    """A check's name in a verdict: its pytest node id without the `@group` that pytest-xdist's
+    --dist loadgroup appends, so that verdicts of runs with and without workers compare."""
+    return XDIST_GROUP_SUFFIX.sub("", nodeid)
 
 
 class VerdictCollector:
@@ -57,7 +65,7 @@ class VerdictCollector:
         self.weights = weights.mode(config.getoption("weights"))
 
     def _set(self, nodeid: str, outcome: str, reason: str = "") -> None:
-        self.checks[nodeid] = {"outcome": outcome, "reason": reason} if reason else {"outcome": outcome}
+        self.checks[check_id(nodeid)] = {"outcome": outcome, "reason": reason} if reason else {"outcome": outcome}
 
     def pytest_collectreport(self, report):
         if report.failed:  # a module that no longer imports is a failing check, not a missing one
@@ -76,11 +84,11 @@ class VerdictCollector:
                 self._set(report.nodeid, "skipped", _reason(report))
         elif report.when == "call":
             self._set(report.nodeid, report.outcome, _reason(report) if report.failed else "")
-        elif report.failed and self.checks.get(report.nodeid, {}).get("outcome") not in FAILING:
+        elif report.failed and self.checks.get(check_id(report.nodeid), {}).get("outcome") not in FAILING:
             self._set(report.nodeid, "error", "teardown: " + _reason(report))
         for name, value in getattr(report, "user_properties", ()):
             if isinstance(name, str) and name.startswith("figure:"):
-                self.figures[f"{report.nodeid}::{name.removeprefix('figure:')}"] = dict(value)
+                self.figures[f"{check_id(report.nodeid)}::{name.removeprefix('figure:')}"] = dict(value)
 
 
 def suite_args(platform_name: str, chosen: str = "dummy") -> list[str]:
