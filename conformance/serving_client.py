@@ -129,7 +129,8 @@ def pcm_of_wav(data: bytes, streamed: bool) -> bytes:
     header = parse_header(data)
     assert (header["channels"], header["sample_rate"], header["bits"]) == (1, 24000, 16), (
         f"the WAV header describes other audio than 24 kHz mono 16-bit: {header}")
-    assert (header["byte_rate"], header["block_align"]) == (48000, 2), f"byte rate / block align of another format: {header}"
+    assert (header["byte_rate"], header["block_align"]) == (48000, 2), (
+        f"byte rate / block align of another format: {header}")
     pcm = data[HEADER_BYTES:]
     if streamed:
         assert (header["riff_size"], header["data_size"]) == (0xFFFFFFFF, 0xFFFFFFFF), (
