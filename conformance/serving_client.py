@@ -151,7 +151,7 @@ class SlowReader:
 
     Its receive window is small and fixed (SO_RCVBUF: no autotuning) and its segments are small
     (TCP_MAXSEG): Linux sizes the server's send buffer from the segment size, so the bytes the
-    server can hand to the kernel for this client stay small (about 190 KiB measured with these
+    server can hand to the kernel for this client stay small (182 KiB measured with these
     values, against 3.9 MB with loopback's 64 KiB segments, which took a whole 600-row answer of
     1.1 MB). Past that, plus the transport's 64 KiB and the stage's in-flight chunks, the
     server's send waits: a streamed answer of a few hundred rows cannot end while this client
@@ -201,16 +201,31 @@ class SlowReader:
             raise EOFError(f"the server closed the connection after {len(self.body)} body bytes")
         self._buffer += data
 
-    def read_body(self, at_least: int) -> bytes:
-        """Whole HTTP chunks (chunked transfer encoding) until the body read so far holds at
-        least `at_least` bytes; returns the body so far. EOFError if the body ends first."""
+    def _chunk(self) -> bytes | None:
+        """The next HTTP chunk of the body (chunked transfer encoding); None after the last."""
         assert self.headers.get("transfer-encoding") == "chunked", self.headers
+        size = int(self._until(b"\r\n").split(b";")[0], 16)
+        if size == 0:
+            self._until(b"\r\n")  # no trailer fields: the empty line that ends the body
+            return None
+        data = self._exactly(size)
+        self._exactly(2)  # the chunk's CRLF
+        return data
+
+    def read_body(self, at_least: int) -> bytes:
+        """Whole HTTP chunks until the body read so far holds at least `at_least` bytes; returns
+        the body so far. EOFError if the body ends first."""
         while len(self.body) < at_least:
-            size = int(self._until(b"\r\n").split(b";")[0], 16)
-            if size == 0:
+            data = self._chunk()
+            if data is None:
                 raise EOFError(f"the body ended after {len(self.body)} bytes, {at_least} asked for")
-            self.body += self._exactly(size)
-            self._exactly(2)  # the chunk's CRLF
+            self.body += data
+        return self.body
+
+    def read_rest(self) -> bytes:
+        """The rest of the body, to its last chunk; returns the whole body."""
+        while (data := self._chunk()) is not None:
+            self.body += data
         return self.body
 
     def leave(self) -> None:
