@@ -3,11 +3,14 @@ metrics, request bodies from the talker prompts, and the audio they return.
 
 The server is a child process (its own session, so its engine goes with it), on 127.0.0.1 and a
 free port; it is healthy when `GET /health` answers 200 (a CPU boot takes about a minute).
+`SlowReader` is a client that reads only what it asks for, so that the server's sends block: the
+way to hold a stream at a known place without timing anything.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 import socket
@@ -15,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import httpx
 import numpy as np
@@ -83,8 +87,10 @@ class ServerProcess:
     def value(self, name: str) -> float:
         return metric(self.metrics(), name)
 
-    def wait_for(self, condition, timeout: float = 30.0, interval: float = 0.05) -> dict[str, float]:
-        """Polls /metrics until `condition(values)` holds; AssertionError with the last values if not."""
+    def wait_for(self, condition, timeout: float = 30.0, interval: float = 0.05, what: str = "metrics did not settle"
+                 ) -> dict[str, float]:
+        """Polls /metrics until `condition(values)` holds; AssertionError with the last values if not.
+        The timeout bounds a wait for an event the server reports, it times nothing."""
         deadline = time.monotonic() + timeout
         while True:
             values = self.metrics()
@@ -92,9 +98,9 @@ class ServerProcess:
                 return values
             if time.monotonic() > deadline:
                 shown = ("higgs_serve_requests_aborted_total", "higgs_serve_talker_slots_in_use",
-                         "higgs_serve_requests_running", "vllm:num_requests_running", "vllm:num_requests_waiting",
-                         "vllm:kv_cache_usage_perc")
-                raise AssertionError(f"metrics did not settle within {timeout} s: "
+                         "higgs_serve_requests_running", "higgs_serve_sends_waiting", "vllm:num_requests_running",
+                         "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+                raise AssertionError(f"{what} within {timeout} s: "
                                      + ", ".join(f"{n.removeprefix('higgs_serve_')} {metric(values, n):g}" for n in shown))
             time.sleep(interval)
 
@@ -121,7 +127,10 @@ def pcm_of_wav(data: bytes, streamed: bool) -> bytes:
     """The PCM of a WAV response, after checking its header: exact sizes when whole, the
     "unknown length" sizes (0xFFFFFFFF) when streamed."""
     header = parse_header(data)
-    assert (header["channels"], header["sample_rate"], header["bits"]) == (1, 24000, 16), header
+    assert (header["channels"], header["sample_rate"], header["bits"]) == (1, 24000, 16), (
+        f"the WAV header describes other audio than 24 kHz mono 16-bit: {header}")
+    assert (header["byte_rate"], header["block_align"]) == (48000, 2), (
+        f"byte rate / block align of another format: {header}")
     pcm = data[HEADER_BYTES:]
     if streamed:
         assert (header["riff_size"], header["data_size"]) == (0xFFFFFFFF, 0xFFFFFFFF), (
@@ -134,3 +143,90 @@ def pcm_of_wav(data: bytes, streamed: bool) -> bytes:
 
 def as_float(pcm: bytes) -> torch.Tensor:
     return torch.from_numpy(np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32767.0)
+
+
+class SlowReader:
+    """A streamed speech request over a raw socket that reads only what it is asked for, then
+    leaves (close with unread bytes: a reset, as when a client goes away mid-stream).
+
+    Its receive window is small and fixed (SO_RCVBUF: no autotuning) and its segments are small
+    (TCP_MAXSEG): Linux sizes the server's send buffer from the segment size, so the bytes the
+    server can hand to the kernel for this client stay small (182 KiB measured with these
+    values, against 3.9 MB with loopback's 64 KiB segments, which took a whole 600-row answer of
+    1.1 MB). Past that, plus the transport's 64 KiB and the stage's in-flight chunks, the
+    server's send waits: a streamed answer of a few hundred rows cannot end while this client
+    reads nothing, however slow or fast the server and the engine run.
+    """
+
+    RCVBUF = 4096  # the kernel doubles it
+    MSS = 536
+
+    def __init__(self, url: str, body: dict, timeout: float = 300.0):
+        address = urlparse(url)
+        payload = json.dumps(body).encode()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.RCVBUF)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, self.MSS)
+        self.sock.settimeout(timeout)
+        self.sock.connect((address.hostname, address.port))
+        self.sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n" % (address.netloc.encode(), len(payload)) + payload)
+        self._buffer = b""
+        head = self._until(b"\r\n\r\n").decode("latin-1").split("\r\n")
+        self.status = int(head[0].split()[1])
+        self.headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in head[1:] if line)}
+        self.body = b""  # what read_body has taken so far
+
+    def __enter__(self) -> SlowReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.leave()
+
+    def _until(self, marker: bytes) -> bytes:
+        while marker not in self._buffer:
+            self._receive()
+        head, _, self._buffer = self._buffer.partition(marker)
+        return head
+
+    def _exactly(self, n: int) -> bytes:
+        while len(self._buffer) < n:
+            self._receive()
+        data, self._buffer = self._buffer[:n], self._buffer[n:]
+        return data
+
+    def _receive(self) -> None:
+        data = self.sock.recv(4096)
+        if not data:
+            raise EOFError(f"the server closed the connection after {len(self.body)} body bytes")
+        self._buffer += data
+
+    def _chunk(self) -> bytes | None:
+        """The next HTTP chunk of the body (chunked transfer encoding); None after the last."""
+        assert self.headers.get("transfer-encoding") == "chunked", self.headers
+        size = int(self._until(b"\r\n").split(b";")[0], 16)
+        if size == 0:
+            self._until(b"\r\n")  # no trailer fields: the empty line that ends the body
+            return None
+        data = self._exactly(size)
+        self._exactly(2)  # the chunk's CRLF
+        return data
+
+    def read_body(self, at_least: int) -> bytes:
+        """Whole HTTP chunks until the body read so far holds at least `at_least` bytes; returns
+        the body so far. EOFError if the body ends first."""
+        while len(self.body) < at_least:
+            data = self._chunk()
+            if data is None:
+                raise EOFError(f"the body ended after {len(self.body)} bytes, {at_least} asked for")
+            self.body += data
+        return self.body
+
+    def read_rest(self) -> bytes:
+        """The rest of the body, to its last chunk; returns the whole body."""
+        while (data := self._chunk()) is not None:
+            self.body += data
+        return self.body
+
+    def leave(self) -> None:
+        self.sock.close()

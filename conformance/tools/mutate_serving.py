@@ -26,6 +26,10 @@ def serving(selection: str) -> tuple[str, ...]:
 
 ABORT = serving("test_disconnect_aborts_the_request_and_spares_the_others")
 PLAIN = serving("test_streamed_audio_equals_the_whole_response and plain")
+FIRST = serving("test_first_chunk_arrives_before_the_server_takes_the_last_row")
+MID_SEND = serving("test_client_leaving_mid_send_aborts_and_frees_everything")
+SSE_WAV = serving("test_sse_wav_carries_a_24khz_mono_16bit_header")
+HEADERS = serving("test_answer_headers_describe_24khz_audio and streamed_wav")
 
 # (name, file, old text, new text, pytest arguments that must fail)
 MUTATIONS = [
@@ -49,6 +53,18 @@ MUTATIONS = [
      "                if first:\n                    self.metrics.ttfa.observe(time.monotonic() - received)\n                    first = False\n                yield item",
      "                if first:\n                    self.metrics.ttfa.observe(time.monotonic() - received)\n                    first = False\n                    yield item",
      PLAIN),
+    ("the answer gathered whole before its first chunk (no streaming)", AUDIO,
+     "            async for item in chunks:\n                if first:",
+     "            for item in [c async for c in chunks]:\n                if first:", FIRST),
+    ("a response that no longer ends its body when the client leaves mid-send (it stops watching for the "
+     "disconnect, as if the server's send raised then: uvicorn's returns silently)", APP,
+     "            await super().__call__(scope, receive, counted_send)\n",
+     "            await super().__call__({**scope, \"asgi\": {**scope.get(\"asgi\", {}), \"spec_version\": \"2.4\"}},\n"
+     "                                   receive, counted_send)\n", MID_SEND),
+    ("a streamed SSE WAV whose header claims 22050 Hz", APP,
+     "base64.b64encode(wav_header(None)).decode()", "base64.b64encode(wav_header(None, 22050)).decode()", SSE_WAV),
+    ("a streamed answer whose X-Sample-Rate claims 22050", APP,
+     "headers={\"X-Sample-Rate\": str(SAMPLE_RATE)}", "headers={\"X-Sample-Rate\": \"22050\"}", HEADERS),
 ]
 
 

@@ -7,11 +7,20 @@ Starts the server of a variant of conformance/cases/serving/server.yaml on loopb
 --url, which must be a loopback address), measures each prompt of `concurrent_prompts` alone,
 then runs `--concurrency` client threads that stream greedy requests back to back until
 `--seconds` have passed or `--max-requests` were sent; every `--abort-every`-th request is closed
-after its first audio chunk (those speak the long `abort` request of the case file, which the
-engine is still generating at the disconnect). It passes when no request is lost (every completed stream equals its
-prompt alone, nothing answered other than 200), the server counted every abort
-(higgs_serve_requests_aborted_total), and afterwards no talker slot, KV block or engine request is
-left (polled for at most 60 s). Prints one JSON summary; exit status 1 on any failure.
+after its first audio chunk (those speak the long `abort` request of the case file, read by
+SlowReader: its answer cannot end before the client leaves, so every one is an abort). It passes
+when no request is lost (every completed stream equals its prompt alone, nothing answered other
+than 200), the server counted every abort (higgs_serve_requests_aborted_total), and afterwards no
+talker slot, KV block or engine request is left (polled for at most 60 s). Prints one JSON
+summary; exit status 1 on any failure.
+
+Every completed stream is also compared with its prompt alone by conformance/serving/stream_diff.py:
+`mismatches` lists the first 20 beyond the bound, `farthest` is the completed stream farthest from
+its prompt alone (lowest SNR) even when within the bound. Each gives both lengths in samples, the
+first sample more than a few LSB apart (as a time and a codec row = sample // 960), the SNR over
+the common length, before that row and from it, the largest difference in LSB, and the cause it
+reads: "code flip" (a clean prefix, then unrelated audio: another greedy code), "rounding" (equal
+length, small differences from the start: codec batch shapes), "length", "equal" or "other".
 Not collected by pytest (the name does not start with `test_`).
 """
 
@@ -32,7 +41,8 @@ import httpx
 
 from conformance import case_files
 from conformance.talker import talker_cases
-from conformance.serving.serving_client import ServerProcess, as_float, body_for, pcm_of_wav, wav_bytes
+from conformance.serving.serving_client import ServerProcess, SlowReader, as_float, body_for, pcm_of_wav, wav_bytes
+from conformance.serving.stream_diff import compare
 from higgs_dummy.cache import cached_checkpoint
 from reference.serve.metrics import metric, parse_metrics
 from reference.codec.streaming import agreement
@@ -57,16 +67,17 @@ class _Remote:
 
 
 def _stream(url: str, body: dict, abort: bool) -> tuple[int, bytes | None]:
+    body = {**body, "stream_format": "audio"}
+    if abort:  # the first chunk, then leave while the rest waits on this client
+        with SlowReader(url, body, timeout=REQUEST_TIMEOUT_S) as reader:
+            if reader.status == 200:
+                reader.read_body(HEADER_BYTES + 1)
+            return reader.status, None
     with httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT_S) as client:
-        with client.stream("POST", "/v1/audio/speech", json={**body, "stream_format": "audio"}) as response:
+        with client.stream("POST", "/v1/audio/speech", json=body) as response:
             if response.status_code != 200:
                 return response.status_code, None
-            data, chunks = b"", response.iter_bytes()
-            if abort:
-                while len(data) <= HEADER_BYTES:
-                    data += next(chunks)
-                return 200, None
-            data += b"".join(chunks)
+            data = b"".join(response.iter_bytes())
     return 200, pcm_of_wav(data, streamed=True)
 
 
@@ -90,9 +101,11 @@ def soak(server, args, bound: dict | None = None) -> dict:
     before = server.metrics()
     counter, lock = itertools.count(), threading.Lock()
     results = {"completed": 0, "aborted": 0, "lost": [], "mismatched": 0}
+    mismatches, farthest = [], None  # stream_diff summaries, with the request and prompt
     deadline = time.monotonic() + args.seconds
 
     def worker():
+        nonlocal farthest
         while time.monotonic() < deadline:
             with lock:
                 n = next(counter)
@@ -112,7 +125,14 @@ def soak(server, args, bound: dict | None = None) -> dict:
                     results["aborted"] += 1
                 else:
                     results["completed"] += 1
-                    results["mismatched"] += not same_audio(pcm, alone[n % len(bodies)], bound)
+                    reference = alone[n % len(bodies)]
+                    report = {"request": n, "prompt": doc["concurrent_prompts"][n % len(bodies)],
+                              **compare(pcm, reference).summary()}
+                    if farthest is None or _sort_key(report) < _sort_key(farthest):
+                        farthest = report
+                    if not same_audio(pcm, reference, bound):
+                        results["mismatched"] += 1
+                        mismatches.append(report)
 
     started = time.monotonic()
     with ThreadPoolExecutor(args.concurrency) as pool:
@@ -138,11 +158,18 @@ def soak(server, args, bound: dict | None = None) -> dict:
         "answered_500": after.get('higgs_serve_requests_total{status="500"}', 0.0),
         "ttfa_mean_ms": round(1000 * _delta(before, after, "higgs_serve_ttfa_seconds_sum")
                               / max(1.0, _delta(before, after, "higgs_serve_ttfa_seconds_count")), 1),
+        "mismatches": mismatches[:20], "farthest": farthest,
     }
     summary["ok"] = (not results["lost"] and not results["mismatched"] and summary["aborted_counted"] == results["aborted"]
                      and summary["slots_in_use_after"] == 0 and summary["engine_running_after"] == 0
                      and summary["kv_cache_usage_after"] == 0 and summary["answered_500"] == 0)
     return summary
+
+
+def _sort_key(report: dict) -> tuple:
+    """Farther first: another length, then the lower SNR (inf: equal), then the larger difference."""
+    snr = float(report["snr_db"])  # 'inf' as a string in the JSON summary
+    return (report["samples"] == report["samples_alone"], snr, -report["max_lsb"])
 
 
 def _delta(before: dict, after: dict, name: str) -> float:

@@ -108,11 +108,22 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 class ClosingStreamingResponse(StreamingResponse):
     """Closes its body iterator when the response ends, however it ends: a client that left while
-    a chunk was being sent leaves the iterator suspended, and only closing it reaches the engine."""
+    a chunk was being sent leaves the iterator suspended, and only closing it reaches the engine.
+    `sends_waiting` counts the sends in progress: the server's send returns at once unless the
+    client's socket and the transport's buffer are full, so at a scrape (same event loop) the gauge
+    is the number of responses held back by their client."""
+
+    def __init__(self, content, *, sends_waiting, **kwargs):
+        super().__init__(content, **kwargs)
+        self.sends_waiting = sends_waiting
 
     async def __call__(self, scope, receive, send):
+        async def counted_send(message):
+            with self.sends_waiting.track_inprogress():
+                await send(message)
+
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, counted_send)
         finally:
             await self.body_iterator.aclose()
 
@@ -204,9 +215,11 @@ def build_app(service: Service, on_shutdown=None) -> FastAPI:
         chunks = service.speaker.stream(speech_request, request_id, received)
         metrics.responses.labels("200").inc()
         if body.stream_format == "sse":
-            return ClosingStreamingResponse(_sse(chunks, body.response_format), media_type="text/event-stream")
+            return ClosingStreamingResponse(_sse(chunks, body.response_format), media_type="text/event-stream",
+                                            sends_waiting=metrics.sends_waiting)
         return ClosingStreamingResponse(_audio(chunks, body.response_format), media_type=media,
-                                 headers={"X-Sample-Rate": str(SAMPLE_RATE)})
+                                        headers={"X-Sample-Rate": str(SAMPLE_RATE)},
+                                        sends_waiting=metrics.sends_waiting)
 
     return app
 

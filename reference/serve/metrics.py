@@ -9,6 +9,9 @@ vLLM's (process-wide registry: `vllm:num_requests_running`, `vllm:num_requests_w
 - higgs_serve_talker_slots_in_use     requests whose talker state the workers hold (asked at scrape
                                       time: the workers' `talker_open_requests`)
 - higgs_serve_ttfa_seconds            request received -> first PCM chunk ready (streamed requests)
+- higgs_serve_sends_waiting           streamed responses whose send waits for the client to take bytes
+                                      (a slow or stalled reader: its socket and the transport's buffer
+                                      are full; the stream's producer waits behind it)
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class ServeMetrics:
                            registry=r)
         self.ttfa = Histogram("higgs_serve_ttfa_seconds", "request received -> first PCM chunk ready",
                               buckets=TTFA_BUCKETS, registry=r)
+        self.sends_waiting = Gauge("higgs_serve_sends_waiting", "streamed responses whose send waits for the client",
+                                   registry=r)
 
     def render(self) -> bytes:
         return generate_latest(REGISTRY) + generate_latest(self.registry)
