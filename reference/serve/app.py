@@ -107,8 +107,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 class ClosingStreamingResponse(StreamingResponse):
-    """Closes its body iterator when the response ends, however it ends: a client that left while
-    a chunk was being sent leaves the iterator suspended, and only closing it reaches the engine.
+    """Closes its body iterator when the response ends, however it ends. Under uvicorn (ASGI 2.3)
+    Starlette watches for the disconnect and cancels the response, and anyio delivers that
+    cancellation where the task next waits: inside the iterator, once uvicorn has let a waiting
+    send return, so the iterator closes itself. A server whose send raises once the client is gone
+    (ASGI 2.4) leaves the iterator suspended at its yield instead; then only this close (or the
+    garbage collector, some time later) reaches the engine.
     `sends_waiting` counts the sends in progress: the server's send returns at once unless the
     client's socket and the transport's buffer are full, so at a scrape (same event loop) the gauge
     is the number of responses held back by their client."""
