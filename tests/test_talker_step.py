@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conformance.oracles.talker_torch import contract_row
+from conformance.oracles.talker_contract import contract_row
 from reference.codebooks import BOC, CODEBOOK_VOCAB, EOC, NUM_CODEBOOKS
 from reference.talker.step import gumbel_noise, leading_eoc, talker_step
 
