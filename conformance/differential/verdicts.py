@@ -132,7 +132,8 @@ def judge(implementation: str, check: dict[str, Any], pins: list[dict[str, Any]]
     new = [c for c in differing if c["difference"] not in pinned]
     if new:
         first = new[0]
-        return NEW, f"{len(new)}/{len(cases)} {first['difference']} (first: {first['id']}: {first['detail']})"
+        kinds = ", ".join(sorted({c["difference"] for c in new}))
+        return NEW, f"{len(new)}/{len(cases)} differ ({kinds}); first {first['id']}: {first['detail']}"
     if differing:
         kinds = sorted({c["difference"] for c in differing})
         where = "; ".join(f"{k} on {sum(c['difference'] == k for c in differing)}/{len(cases)}, "
