@@ -7,6 +7,7 @@ descript-audio-codec, vector-quantize-pytorch), never beside vLLM. What it calls
 - state machine: `HiggsAudioModel._sample_audio_tokens` of a tiny HiggsAudioModel (Llama body of
   one layer; the method reads only the config's ids and the delay-pattern switch), greedy, with
   repetition-aware sampling off (`ras_win_len` None), stepped over the seeded logits;
+- encoder codes: `HiggsAudioTokenizer.encode` (conformance/differential/boson_encoder.py);
 - codec decode: `HiggsAudioTokenizer.decode` with the golden's codec weights in boson's `model.pth`
   layout (higgs_dummy.codec_weights.to_boson_layout). Two things stand between the package and an
   offline tiny codec, both outside decode: its constructor loads the HuBERT teacher from the hub
@@ -27,18 +28,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from conformance.differential import codec_cases, delay_grids, state_machine
+from conformance.differential import boson_encoder, codec_cases, delay_grids, state_machine
 from conformance.differential.inputs import BOC, EOC, NUM_CODEBOOKS
 from conformance.differential.verdicts import Check, write_results
 
 AUDIO_EOS_TOKEN = 128012  # boson's <|audio_eos|> id (HiggsAudioConfig.audio_eos_token_id default)
 HUBERT_NAME = "facebook/hubert-base-ls960"  # what HiggsAudioTokenizer(semantic_techer="hubert_base") loads
-ENCODER_CANNOT_RUN = (
-    "HiggsAudioTokenizer fixes the encoder's widths (dac2.Encoder(64, ...), a 768-channel semantic "
-    "encoder of its own block layout) and averages its HuBERT's hidden states itself; the tiny encoder "
-    "dummy does not fit and no converter of the encoder to boson's layout exists here yet "
-    "(transformers' encode is compared in tests/test_codec_encoder.py)"
-)
 
 
 def delay_check() -> Check:
@@ -91,17 +86,22 @@ def state_machine_check() -> Check:
     return state_machine.run(make_stepper)
 
 
-def _offline_hubert(cache: Path) -> None:
-    """A one-layer HuBERT in a private hub cache under HUBERT_NAME (decode never runs it)."""
-    from transformers import HubertConfig, HubertModel
-
+def hub_snapshot(cache: Path) -> Path:
+    """The folder of HUBERT_NAME in a private hub cache (refs/main names it), for offline lookups."""
     revision = "0" * 40
     snapshot = cache / f"models--{HUBERT_NAME.replace('/', '--')}" / "snapshots" / revision
-    HubertModel(HubertConfig(hidden_size=768, num_hidden_layers=1, num_attention_heads=12, intermediate_size=64,
-                             conv_dim=[16] * 7)).save_pretrained(snapshot)
     refs = snapshot.parents[1] / "refs"
     refs.mkdir(parents=True, exist_ok=True)
     (refs / "main").write_text(revision)
+    return snapshot
+
+
+def _offline_hubert(cache: Path) -> None:
+    """A one-layer HuBERT under HUBERT_NAME (decode never runs it)."""
+    from transformers import HubertConfig, HubertModel
+
+    HubertModel(HubertConfig(hidden_size=768, num_hidden_layers=1, num_attention_heads=12, intermediate_size=64,
+                             conv_dim=[16] * 7)).save_pretrained(hub_snapshot(cache))
 
 
 def boson_codec():
@@ -144,7 +144,7 @@ def main() -> int:
         # Before transformers is imported (huggingface_hub reads these once): offline, a private cache.
         os.environ.update(HF_HUB_CACHE=hub_cache, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         checks = [delay_check(), state_machine_check(), codec_check(Path(hub_cache)),
-                  Check("encoder_codes", cannot_run=ENCODER_CANNOT_RUN),
+                  boson_encoder.run(hub_snapshot(Path(hub_cache))),
                   Check("talker2code2wav", cannot_run="boson-multimodal has no v3 stage processor (v2 generation code)")]
     versions = {name: version(name) for name in ("boson-multimodal", "torch", "torchaudio", "transformers",
                                                   "descript-audio-codec", "vector-quantize-pytorch")}

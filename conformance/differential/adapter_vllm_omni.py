@@ -5,7 +5,8 @@ package (its __init__ patches vLLM). Two of its files are loaded by path, with s
 sys.modules for the names they import from vLLM and from vllm_omni modules that need vLLM:
 - model_executor/stage_input_processors/higgs_audio_v3.py: `talker2code2wav` on the rows of every
   talker golden stream (golden/talker/streams.json), as finished talker outputs; `_revert_delay_pattern`
-  on the delay check's rows (it has no apply: the talker writes the pattern step by step);
+  on the delay check's rows, beside model_executor/models/higgs_audio_v3/higgs_audio_v3_tokenizer.py's
+  `apply_delay_pattern` (the voice-clone prompt's reference rows; numpy and torch only);
   stand-ins: vLLM's logger, `OmniTokensPrompt` (a dict: upstream only builds it), and its own
   data_entry_keys.py loaded by path (it needs msgspec, not vLLM);
 - model_executor/models/higgs_audio_v3/higgs_audio_v3_talker.py: the talker's delay state,
@@ -38,6 +39,8 @@ from conformance.oracles import delay_numpy
 
 TALKER_GOLDEN = ROOT / "golden" / "talker" / "streams.json"
 NOT_IN_IT = "vllm-omni decodes with the model's bundled codec through vLLM (code2wav stage); the codec is compared against boson and transformers"
+ENCODES_WITH_TRANSFORMERS = ("vllm-omni encodes reference audio with transformers' HiggsAudioV2TokenizerModel "
+                             "(model_executor/models/higgs_audio_v2/higgs_audio_v2_tokenizer.py:247): the transformers column")
 
 
 class _StandIns(types.ModuleType):
@@ -157,11 +160,17 @@ def main() -> int:
     talker = _load("vllm_omni.model_executor.models.higgs_audio_v3.higgs_audio_v3_talker",
                    package / "model_executor" / "models" / "higgs_audio_v3" / "higgs_audio_v3_talker.py")
 
+    prompts = _load("vllm_omni.model_executor.models.higgs_audio_v3.higgs_audio_v3_tokenizer",
+                    package / "model_executor" / "models" / "higgs_audio_v3" / "higgs_audio_v3_tokenizer.py")
+
+    def apply(codes: np.ndarray) -> np.ndarray:  # the voice-clone prompt's delay pattern: [T, N] -> [T + N - 1, N]
+        return prompts.apply_delay_pattern(torch.from_numpy(np.ascontiguousarray(codes.T))).numpy()
+
     def revert(rows: np.ndarray) -> np.ndarray:
         return stage._revert_delay_pattern(torch.from_numpy(np.ascontiguousarray(rows.T))).numpy()
 
-    checks = [delay_grids.run(None, revert), state_machine_check(talker),
-              Check("codec_decode", cannot_run=NOT_IN_IT), Check("encoder_codes", cannot_run=NOT_IN_IT),
+    checks = [delay_grids.run(apply, revert), state_machine_check(talker),
+              Check("codec_decode", cannot_run=NOT_IN_IT), Check("encoder_codes", cannot_run=ENCODES_WITH_TRANSFORMERS),
               talker2code2wav_check(stage)]
     versions = {name: version(name) for name in ("vllm-omni", "torch")}
     print(json.dumps({"written": str(write_results("vllm-omni", versions, checks))}))

@@ -51,3 +51,15 @@ def scenario_logits(scenario: dict[str, Any]) -> np.ndarray:
         code = BOC if spike["code"] == "boc" else EOC
         logits[step, q, code] = logits[step, q, :1024].max() + SPIKE
     return logits.astype(np.float32)
+
+
+def encoder_clips() -> tuple[int, list[tuple[str, np.ndarray]]]:
+    """(sample rate, [(id, float32 PCM [N])]): a gliding tone in seeded noise per clip."""
+    spec = _doc()["encoder"]
+    rate = int(spec["sample_rate"])
+    clips = []
+    for clip in spec["clips"]:
+        t = np.arange(int(clip["samples"])) / rate
+        noise = np.random.default_rng(int(clip["seed"])).standard_normal(len(t))
+        clips.append((clip["id"], (0.1 * np.sin(2 * np.pi * (120 * t + 15 * t**2)) + 0.02 * noise).astype(np.float32)))
+    return rate, clips
