@@ -60,7 +60,8 @@ def test_a_revert_shifted_by_one_is_named():
 def test_ours_is_equal_to_itself_and_upstreams_ramp_down_is_named():
     for scenario in scenarios():
         logits = scenario_logits(scenario)
-        assert state_machine.classify(logits, state_machine.ours(logits)) == (None, f"{len(state_machine.ours(logits))} rows equal")
+        rows = state_machine.ours(logits)
+        assert state_machine.classify(logits, rows) == (None, f"{len(rows)} rows equal")
         difference = state_machine.classify(logits, state_machine.ours(logits, "upstream"))[0]
         has_eoc = any(s["codebook"] == 0 and s["code"] == "eoc" for s in scenario["spikes"])
         assert difference == ("ramp_down_max1" if has_eoc else None), scenario["id"]

@@ -38,7 +38,8 @@ from conformance.differential.verdicts import ROOT, Check, write_results
 from conformance.oracles import delay_numpy
 
 TALKER_GOLDEN = ROOT / "golden" / "talker" / "streams.json"
-NOT_IN_IT = "vllm-omni decodes with the model's bundled codec through vLLM (code2wav stage); the codec is compared against boson and transformers"
+NOT_IN_IT = ("vllm-omni decodes with the model's bundled codec through vLLM (code2wav stage); "
+             "the codec is compared against boson and transformers")
 ENCODES_WITH_TRANSFORMERS = ("vllm-omni encodes reference audio with transformers' HiggsAudioV2TokenizerModel "
                              "(model_executor/models/higgs_audio_v2/higgs_audio_v2_tokenizer.py:247): the transformers column")
 

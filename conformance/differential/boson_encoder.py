@@ -9,7 +9,8 @@ by name, goes into the adapter's private offline hub cache under that name.
 
 Transformers layout (ours)                         boson layout
     acoustic_encoder.conv1                         encoder.block.0
-    acoustic_encoder.block.b.res_unitU.X           encoder.block.(b+1).block.(U-1).block.i, X = snake1 conv1 snake2 conv2 -> i = 0 1 2 3
+    acoustic_encoder.block.b.res_unitU.X           encoder.block.(b+1).block.(U-1).block.i
+                                                   (X = snake1 conv1 snake2 conv2 -> i = 0 1 2 3)
     acoustic_encoder.block.b.{snake1, conv1}       encoder.block.(b+1).block.{3, 4}
     acoustic_encoder.{snake1, conv2}               encoder.block.{6, 7}
     encoder_semantic.(conv | .conv | .conv1)       the same, one `.conv` deeper (its Conv1d wrapper)
@@ -104,8 +105,9 @@ def boson_encoder(cfg: dict, state: dict[str, torch.Tensor]):
                                     semantic_sample_rate=cfg["semantic_sample_rate"], device="cpu")
     decode_side = {k: v for k, v in state.items() if k.startswith(("quantizer.", "fc2.", "acoustic_decoder."))
                    and ".project_in." not in k}
-    tensors = {**to_boson_layout(decode_side, cfg), **to_boson_encoder(
-        {k: v for k, v in state.items() if k.startswith(("acoustic_encoder.", "encoder_semantic.", "fc.")) or ".project_in." in k})}
+    encode_side = {k: v for k, v in state.items()
+                   if k.startswith(("acoustic_encoder.", "encoder_semantic.", "fc.")) or ".project_in." in k}
+    tensors = {**to_boson_layout(decode_side, cfg), **to_boson_encoder(encode_side)}
     # A trained model.pth marks its codebooks initialised; left at False, boson's first encode would
     # re-initialise them by k-means on the input (quantization/core_vq.py, `inited`).
     for q in range(cfg["num_codebooks"]):

@@ -37,7 +37,8 @@ def _where(ours: np.ndarray, theirs: np.ndarray) -> str:
     if ours.shape != theirs.shape:
         return f"shape ours {ours.shape} theirs {theirs.shape}"
     cells = np.argwhere(ours != theirs)
-    return f"{len(cells)} cells differ, first at {tuple(int(i) for i in cells[0])}: ours {ours[tuple(cells[0])]} theirs {theirs[tuple(cells[0])]}"
+    first = tuple(int(i) for i in cells[0])
+    return f"{len(cells)} cells differ, first at {first}: ours {ours[first]} theirs {theirs[first]}"
 
 
 def run(apply: Callable[[np.ndarray], np.ndarray] | None, revert: Callable[[np.ndarray], np.ndarray]) -> Check:

@@ -39,7 +39,8 @@ def test_no_new_difference(record_property):
     pins = read_pins()
     new = [f"{impl} {c['check']}: {judge(impl, c, pins)[1]}" for impl in IMPLEMENTATIONS
            if (doc := read_results(impl)) for c in doc["checks"] if judge(impl, c, pins)[0] == NEW]
-    assert not new, "differences nobody pinned (fix the defect here, or pin the upstream difference with its source):\n" + "\n".join(new)
+    assert not new, ("differences nobody pinned (fix the defect here, or pin the upstream difference with "
+                     "its source):\n" + "\n".join(new))
 
 
 def test_every_golden_confirmed_by_a_foreign_implementation():

@@ -43,9 +43,20 @@ IMPLEMENTATIONS = {
 }
 CHECKS = ("delay_pattern", "state_machine", "codec_decode", "encoder_codes", "talker2code2wav")
 
-# What the recorded results were computed from: our goldens and the oracles that wrote them, and the
-# reference module the delay check also runs. A change to any of them voids the foreign confirmation.
+# What the recorded results were computed from: our goldens and the oracles that wrote them, the
+# reference modules the checks also run, the dummy weights, the seeded inputs and the adapters
+# themselves. A change to any of them voids the foreign confirmation (judging and reporting do not).
 INPUT_FILES = (
+    "conformance/cases/differential/inputs.yaml",
+    "conformance/differential/inputs.py",
+    "conformance/differential/delay_grids.py",
+    "conformance/differential/state_machine.py",
+    "conformance/differential/codec_cases.py",
+    "conformance/differential/boson_encoder.py",
+    "conformance/differential/adapter_*.py",
+    "higgs_dummy/codec_weights.py",
+    "higgs_dummy/encoder_weights.py",
+    "reference/codec/encoder.py",
     "conformance/oracles/delay_numpy.py",
     "conformance/oracles/codec_numpy.py",
     "conformance/oracles/talker_contract.py",
