@@ -17,12 +17,17 @@ pytestmark = pytest.mark.cpu
 ISA = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"}
 
 
-def test_each_configuration_limits_the_isa_and_sets_its_threads_over_the_callers_environment():
+def test_each_configuration_limits_the_isa_sets_its_threads_and_its_own_compile_caches():
     base = {"PATH": "/bin", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "16", "ATEN_CPU_CAPABILITY": "avx512"}
     one, busy = robust.CONFIGS["baseline-isa-1-thread"], robust.CONFIGS["baseline-isa-2-threads-busy"]
+    caches = robust.COMPILE_CACHES
     assert one.env(base) == {"PATH": "/bin", "VLLM_CPU_KVCACHE_SPACE": "1", **ISA,
-                             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HIGGS_TORCH_THREADS": "1"}
-    assert busy.env(base) == {**one.env(base), "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "HIGGS_TORCH_THREADS": "2"}
+                             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HIGGS_TORCH_THREADS": "1",
+                             "TORCHINDUCTOR_CACHE_DIR": str(caches / "baseline-isa-1-thread" / "inductor"),
+                             "VLLM_CACHE_ROOT": str(caches / "baseline-isa-1-thread" / "vllm")}
+    assert busy.env(base) == {**one.env(base), "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "HIGGS_TORCH_THREADS": "2",
+                              "TORCHINDUCTOR_CACHE_DIR": str(caches / "baseline-isa-2-threads-busy" / "inductor"),
+                              "VLLM_CACHE_ROOT": str(caches / "baseline-isa-2-threads-busy" / "vllm")}
     assert (one.busy_processes, busy.busy_processes) == (0, 2)
     assert base["OMP_NUM_THREADS"] == "16"  # the caller's environment is left alone
 

@@ -9,6 +9,8 @@ subprocess of its own environment:
   (ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2, ONEDNN_MAX_CPU_ISA=SSE41) and one
   thread (OMP_NUM_THREADS, MKL_NUM_THREADS and HIGGS_TORCH_THREADS, the threads of the tests'
   decodes: higgs_dummy/codec_instances.py).
+Each configuration compiles into caches of its own (`COMPILE_CACHES`), never reusing what torch
+inductor and vLLM compiled under other ISA settings.
 - `baseline-isa-2-threads-busy`: the same ISA limits with two threads, and both cores kept busy by
   two busy-loop processes, each under `timeout --load-seconds` (so it stops by itself) and ended
   when the run ends.
@@ -44,6 +46,10 @@ ISA_LIMITS = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4
 EXPECTED_CAPABILITY = "DEFAULT"  # torch.backends.cpu.get_cpu_capability() under ATEN_CPU_CAPABILITY=default
 OUTCOMES = ("passed", "failed", "errors", "skipped", "xfailed")
 BUSY_LOOP = "while True: pass"
+# Compile caches of the configurations' own: torch inductor keys its cache without the ATen CPU
+# capability, so a kernel compiled for AVX-512 was reused under ATEN_CPU_CAPABILITY=default and its C++
+# failed to build there ("'at::vec' has not been declared"), killing every compiled CPU engine.
+COMPILE_CACHES = ROOT / ".tox" / "robust-compile-caches"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +60,10 @@ class Config:
 
     def env(self, base: Mapping[str, str]) -> dict[str, str]:
         """`base` with this configuration's ISA limits and threads."""
-        threads = str(self.threads)
+        threads, caches = str(self.threads), COMPILE_CACHES / self.name
         return {**base, **ISA_LIMITS, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-                "HIGGS_TORCH_THREADS": threads}
+                "HIGGS_TORCH_THREADS": threads, "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+                "VLLM_CACHE_ROOT": str(caches / "vllm")}
 
     def describe(self) -> str:
         limits = " ".join(f"{k}={v}" for k, v in ISA_LIMITS.items())
