@@ -1,0 +1,90 @@
+"""The gate run's limits (conformance/tools/gate_watch.py) on checks that hang: a verdict is always
+written, each hung check is an error naming its limit and group, the rest of its group runs, the
+deadline leaves `notrun` checks, and `--rest` runs exactly those. Stand-in checks, no vLLM engine."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKS = '''
+import signal, subprocess, time, pytest
+
+@pytest.mark.xdist_group("engine")
+def test_engine_first():
+    pass
+
+@pytest.mark.xdist_group("engine")
+def test_engine_hangs():
+    subprocess.run(["sleep", "600"], check=True)  # a child process: ended when the watch kills it
+
+@pytest.mark.xdist_group("engine")
+def test_engine_after():
+    pass
+
+@pytest.mark.xdist_group("wait")
+def test_wait_hangs():
+    time.sleep(600)  # no child: interrupted
+
+@pytest.mark.xdist_group("wait")
+def test_wait_after():
+    pass
+
+@pytest.mark.xdist_group("stuck")
+def test_stuck_hangs():
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    time.sleep(600)  # nothing ends it but its worker's exit
+
+@pytest.mark.xdist_group("stuck")
+def test_stuck_after():
+    pass
+
+@pytest.mark.xdist_group("long")
+@pytest.mark.parametrize("n", range(30))
+def test_long(n):
+    time.sleep(1)
+'''
+
+
+def gate_run(out: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GATE_TEST_GRACE": "2"}
+    return subprocess.run([sys.executable, "-m", "conformance.tools.gate_run", str(out), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+
+
+def test_hung_checks_and_the_deadline_still_give_a_verdict(tmp_path):
+    folder = ROOT / ".tox" / f"gate-watch-{os.getpid()}"  # under the rootdir: the suite's conftest applies
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        (folder / "test_stand_ins.py").write_text(CHECKS)
+        relative = folder.relative_to(ROOT).as_posix() + "/test_stand_ins.py"
+        out = tmp_path / "verdict.json"
+        run = gate_run(out, "--deadline", "25", "--test-timeout", "5", relative, "-n", "4")
+        assert run.returncode == 4, run.stdout[-3000:] + run.stderr[-3000:]
+        verdict = json.loads(out.read_text())
+        checks = {name.split("::")[1]: result for name, result in verdict["checks"].items()}
+        assert verdict["complete"] is False
+        for hung, group, how in [("test_engine_hangs", "engine", "its engines were killed"),
+                                 ("test_wait_hangs", "wait", "interrupted (SIGALRM)"),
+                                 ("test_stuck_hangs", "stuck", "its worker exited")]:
+            assert checks[hung]["outcome"] == "error" and checks[hung]["timeout"] is True, checks[hung]
+            assert f"per-test limit of 5 s (group {group}" in checks[hung]["reason"] and how in checks[hung]["reason"]
+        for after in ("test_engine_first", "test_engine_after", "test_wait_after", "test_stuck_after"):
+            assert checks[after]["outcome"] == "passed", (after, checks[after])
+        long = {n: r["outcome"] for n, r in checks.items() if n.startswith("test_long")}
+        assert set(long.values()) <= {"passed", "error", "notrun"} and "notrun" in long.values(), long
+        assert verdict["counts"]["notrun"] == list(long.values()).count("notrun")
+
+        run = gate_run(out, "--rest", str(out), "--deadline", "120", "-n", "2")
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]  # the rest passes; the hung stay failed
+        merged = json.loads(out.read_text())
+        assert merged["complete"] is True and "notrun" not in merged["counts"]
+        assert len(merged["runs"]) == 2 and merged["checks"].keys() == verdict["checks"].keys()
+        for name, result in verdict["checks"].items():
+            expected = "passed" if result["outcome"] == "notrun" else result["outcome"]
+            assert merged["checks"][name]["outcome"] == expected, name
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
