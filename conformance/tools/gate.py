@@ -64,9 +64,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--baseline", type=Path, help="the verdict to diff against (default: the pinned one)")
     p.add_argument("--out", type=Path, help="where the verdict goes")
     p.add_argument("--rebuild", action="store_true", help="rebuild the version's virtualenv")
-    p.add_argument("--test-timeout", type=float, default=300.0,
+    p.add_argument("--test-timeout", type=float, default=600.0,
                    help="seconds one check may run (its setup, with an engine boot, included); a hung check is an "
-                        "error naming its group, and its group goes on without it (0: no limit; default 300)")
+                        "error naming its group, and its group goes on without it (0: no limit; default 600; the GPU recipe uses 240)")
     p.add_argument("--deadline", type=float,
                    help="seconds for the whole run: then the verdict is written from what finished, the checks not "
                         "started marked notrun, exit 4 (run them with --rest)")

@@ -142,7 +142,8 @@ def finished(collector: VerdictCollector, watch_dir: Path | None, deadline: bool
     why = "not started before the run's deadline" if deadline else "not started: the run ended early (see pytest_exit)"
     for check in missing:
         checks[check] = {"outcome": "notrun", "reason": why}
-    return dict(sorted(checks.items())), not missing
+    collected = bool(collector.collected)  # False: the deadline came before the checks were collected
+    return dict(sorted(checks.items())), collected and not missing
 
 
 def count(checks: dict[str, dict]) -> dict[str, int]:
