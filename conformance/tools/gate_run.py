@@ -241,7 +241,12 @@ def run(out: Path, extra: list[str], deadline: float | None = None, test_timeout
         out.write_text(json.dumps(verdict, indent=1, sort_keys=False) + "\n")
         return code
 
-    watchdog = gate_watch.Deadline(deadline, lambda: write(DEADLINE_EXIT, True)) if deadline else None
+    def at_deadline() -> int:
+        code = write(DEADLINE_EXIT, True)
+        shutil.rmtree(watch_dir, ignore_errors=True)
+        return code
+
+    watchdog = gate_watch.Deadline(deadline, at_deadline) if deadline else None
     if watchdog:
         watchdog.start()
     code = int(pytest.main(args, plugins=[collector]))
