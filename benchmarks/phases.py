@@ -100,7 +100,8 @@ async def measure_phase(phase: Phase, settings: Settings, checkpoint: str, send)
                                      f"{result['first_rows_ms_median']:.0f}, window in {result['window_ms_median']:.0f}), "
                                      f"RTF {result['rtf_median']:.3f}, {result['audio_s_per_s']:.1f} audio s/s")
             for sampling, c in phase.engine_levels:
-                result = await engine_steps.ms_per_step(engine, make, sampling, SAMPLINGS[sampling], c, settings.engine_steps)
+                result = await engine_steps.ms_per_step(engine, make, sampling, SAMPLINGS[sampling], c,
+                                                         settings.engine_steps, settings.engine_repeats)
                 send("engine", result)
                 send("progress", f"engine-only {sampling} c={c} done: {result['ms_per_step']:.2f} ms/step")
             send("done", None)  # before the shutdown, which isolation.py bounds by GRACE_S
