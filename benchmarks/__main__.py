@@ -60,6 +60,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="engine only: ms/step = wall time difference / (LONG - SHORT)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a deploy-file override for every phase, as python -m reference.deploy --set")
+    parser.add_argument("--engine-repeats", type=int, default=1,
+                        help="engine only: timed SHORT/LONG pairs per level (ms/step: their median; the spread "
+                             "gives the upgrade gate its tolerance, conformance/tools/gate_speed.py)")
     parser.add_argument("--phase-timeout", type=float, default=420.0, help="seconds per phase (boot included)")
     parser.add_argument("--budget", type=float, help="seconds for the whole run; later phases are skipped")
     parser.add_argument("--gpus", nargs="+", help="GPU ids to use, one phase at a time on each (default: all)")
@@ -86,7 +89,7 @@ def settings_from(args: argparse.Namespace):
         platform=platform, size=args.size, profiles=args.profiles, engine_profiles=args.engine_profiles,
         modes=args.modes, bare=args.bare, e2e_levels=args.e2e_concurrency, engine_levels=args.engine_concurrency,
         samplings=args.sampling, rounds=args.rounds, max_tokens=args.max_tokens,
-        engine_steps=tuple(args.engine_steps), overrides=parse_set(args.set), phase_timeout=args.phase_timeout,
+        engine_steps=tuple(args.engine_steps), engine_repeats=args.engine_repeats, overrides=parse_set(args.set), phase_timeout=args.phase_timeout,
         budget=args.budget, gpus=gpus, cpu_parallel=args.cpu_parallel,
     )
 

@@ -19,6 +19,7 @@ flatter the talker for a reason that has nothing to do with it.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -77,15 +78,22 @@ async def _batch(engine, make: RequestMaker, concurrency: int, steps: int, sampl
 
 
 async def ms_per_step(engine, make: RequestMaker, sampling_name: str, sampling: dict,
-                      concurrency: int, steps: tuple[int, int]) -> dict:
+                      concurrency: int, steps: tuple[int, int], repeats: int = 1) -> dict:
+    """ms per decode step from the wall time difference of SHORT and LONG steps, `repeats` times
+    (after one warm-up): the median, and each sample (the upgrade gate's tolerance is their spread)."""
     short, long = steps
     await _batch(engine, make, concurrency, short, sampling)  # warm-up
-    wall_short = await _batch(engine, make, concurrency, short, sampling)
-    wall_long = await _batch(engine, make, concurrency, long, sampling)
+    samples, walls = [], []
+    for _ in range(max(1, repeats)):
+        wall_short = await _batch(engine, make, concurrency, short, sampling)
+        wall_long = await _batch(engine, make, concurrency, long, sampling)
+        samples.append(1000 * (wall_long - wall_short) / (long - short))
+        walls.append([wall_short, wall_long])
     return {
         "sampling": sampling_name,
         "concurrency": concurrency,
-        "ms_per_step": 1000 * (wall_long - wall_short) / (long - short),
+        "ms_per_step": statistics.median(samples),
+        "ms_per_step_samples": samples,
         "steps": [short, long],
-        "wall_s": [wall_short, wall_long],
+        "wall_s": walls[0] if len(walls) == 1 else walls,
     }

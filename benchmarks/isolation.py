@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import queue as queue_module
+import pickle
 import signal
 import time
 from dataclasses import asdict
+from multiprocessing.connection import wait
 from pathlib import Path
 
 import psutil
@@ -36,6 +37,7 @@ from benchmarks.plan import Phase, Settings
 MIN_PHASE_S = 60.0  # a phase needs at least a boot
 GRACE_S = 60.0  # after "done", for the engine's shutdown
 LOG_TAIL_LINES = 30
+KILL_WAIT_S = 5.0  # for killed processes to end
 
 
 def run_phases(phases: list[Phase], settings: Settings, checkpoint: str, log_dir: Path,
@@ -44,7 +46,6 @@ def run_phases(phases: list[Phase], settings: Settings, checkpoint: str, log_dir
     the run's time.monotonic() at its start, which the --budget counts from; `measure`: what the
     child measures (phases.measure_phase; tests give a stand-in)."""
     context = multiprocessing.get_context("spawn")
-    messages = context.Queue()
     log_dir.mkdir(parents=True, exist_ok=True)
     records = {p.name: _record(p, log_dir) for p in phases}
     running: dict[str, _Child] = {}
@@ -76,13 +77,17 @@ def run_phases(phases: list[Phase], settings: Settings, checkpoint: str, log_dir
         if kind in ("done", "error") and running[name].ended is None:
             running[name].ended = time.monotonic()
 
-    def drain(wait: float) -> None:
-        try:
-            handle(*messages.get(timeout=wait))
-            while True:
-                handle(*messages.get_nowait())
-        except queue_module.Empty:
-            pass
+    def drain(timeout: float) -> None:
+        """Handles what the children sent, waiting up to `timeout` for the first message. Each child
+        has a pipe of its own: a child that dies mid-message (os._exit, OOM kill) spoils only its own
+        (a shared multiprocessing.Queue stayed locked by it, and every other phase went silent)."""
+        channels = {child.channel: name for name, child in running.items() if not child.channel.closed}
+        for channel in wait(list(channels), timeout):
+            try:
+                while channel.poll():
+                    handle(channels[channel], *channel.recv())
+            except (EOFError, OSError, ValueError, pickle.UnpicklingError):  # ended, or ended mid-message
+                channel.close()
 
     pending = []
     for phase in phases:
@@ -103,10 +108,12 @@ def run_phases(phases: list[Phase], settings: Settings, checkpoint: str, log_dir
             record["gpu"] = slot = free.pop(0)
             say(f"[{elapsed():5.0f} s] {phase.name}: started" + (f" on GPU {slot}" if slot is not None else "")
                 + f", limit {limit:.0f} s, log {record['log']}")
+            channel, child_end = context.Pipe(duplex=False)
             process = context.Process(target=run_phase, name=f"bench-{phase.name}",
-                                      args=(phase, settings, checkpoint, slot, record["log"], messages, measure))
+                                      args=(phase, settings, checkpoint, slot, record["log"], child_end, measure))
             process.start()
-            running[phase.name] = _Child(process, slot, limit)
+            child_end.close()  # the child holds the only writer: its end is the pipe's end
+            running[phase.name] = _Child(process, channel, slot, limit)
         drain(1.0)
         for name, child in list(running.items()):
             if not child.process.is_alive():
@@ -116,6 +123,7 @@ def run_phases(phases: list[Phase], settings: Settings, checkpoint: str, log_dir
                 continue
             _kill_group(child.process.pid)  # the engine's processes too, whatever the outcome
             child.process.join(5)
+            child.channel.close()
             record = records[name]
             record["wall_s"] = child.took
             status, message = outcome
@@ -130,10 +138,11 @@ def run_phases(phases: list[Phase], settings: Settings, checkpoint: str, log_dir
 
 
 class _Child:
-    """A running phase: its process, slot and limit, and what it has said about its end."""
+    """A running phase: its process, the pipe it reports on, its slot and limit, and what it has said
+    about its end."""
 
-    def __init__(self, process, slot: str | None, limit: float):
-        self.process, self.slot, self.limit = process, slot, limit
+    def __init__(self, process, channel, slot: str | None, limit: float):
+        self.process, self.channel, self.slot, self.limit = process, channel, slot, limit
         self.start = time.monotonic()
         self.ended: float | None = None  # when it sent "done" or "error"
         self.error: str | None = None  # the last line of its traceback
@@ -184,3 +193,14 @@ def _kill_group(pid: int) -> None:
             process.kill()
         except psutil.NoSuchProcess:
             pass
+    # SIGKILL is delivered asynchronously: return once each is gone (or a zombie, its parent dead too).
+    deadline = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < deadline and not all(map(_ended, processes)):
+        time.sleep(0.05)
+
+
+def _ended(process: psutil.Process) -> bool:
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

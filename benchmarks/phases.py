@@ -5,7 +5,7 @@ leader of a new process group, so that the parent can kill it together with ever
 starts under it (the engine core and its workers), and sends its stdout and stderr (vLLM's logs)
 to the phase's log file: the terminal gets only the progress lines that the parent prints.
 
-Messages on the queue are (phase name, kind, payload):
+Messages on the phase's own pipe (a `multiprocessing` Connection) are (kind, payload):
 - "progress": a line for the terminal, also kept as the phase's last progress line;
 - "info": facts about the engine, merged into the phase's record (boot_s, versions, device, ...);
 - "e2e" / "engine": one finished level, appended at once (a phase killed later keeps them);
@@ -26,7 +26,7 @@ import traceback
 from benchmarks.plan import SAMPLINGS, Phase, Settings
 
 
-def run_phase(phase: Phase, settings: Settings, checkpoint: str, gpu: str | None, log_path: str, queue,
+def run_phase(phase: Phase, settings: Settings, checkpoint: str, gpu: str | None, log_path: str, channel,
               measure=None) -> None:
     """The child's whole life. `measure(phase, settings, checkpoint, send)`: a coroutine function,
     `measure_phase` unless a test gives a stand-in."""
@@ -40,7 +40,7 @@ def run_phase(phase: Phase, settings: Settings, checkpoint: str, gpu: str | None
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache for a CPU engine
 
     def send(kind: str, payload) -> None:
-        queue.put((phase.name, kind, payload))
+        channel.send((kind, payload))  # synchronous: nothing is left in a buffer when the process ends
 
     try:
         asyncio.run((measure or measure_phase)(phase, settings, checkpoint, send))
@@ -51,8 +51,7 @@ def run_phase(phase: Phase, settings: Settings, checkpoint: str, gpu: str | None
         send("error", trace)
         raise SystemExit(1)
     finally:
-        queue.close()
-        queue.join_thread()  # every message is in the pipe before this process ends
+        channel.close()
 
 
 async def measure_phase(phase: Phase, settings: Settings, checkpoint: str, send) -> None:
@@ -101,7 +100,8 @@ async def measure_phase(phase: Phase, settings: Settings, checkpoint: str, send)
                                      f"{result['first_rows_ms_median']:.0f}, window in {result['window_ms_median']:.0f}), "
                                      f"RTF {result['rtf_median']:.3f}, {result['audio_s_per_s']:.1f} audio s/s")
             for sampling, c in phase.engine_levels:
-                result = await engine_steps.ms_per_step(engine, make, sampling, SAMPLINGS[sampling], c, settings.engine_steps)
+                result = await engine_steps.ms_per_step(engine, make, sampling, SAMPLINGS[sampling], c,
+                                                         settings.engine_steps, settings.engine_repeats)
                 send("engine", result)
                 send("progress", f"engine-only {sampling} c={c} done: {result['ms_per_step']:.2f} ms/step")
             send("done", None)  # before the shutdown, which isolation.py bounds by GRACE_S

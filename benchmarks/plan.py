@@ -45,6 +45,7 @@ class Settings:
     rounds: int = 2  # end-to-end: batches of c streams per level
     max_tokens: int = 257  # end-to-end: rows per stream (250 frames = 10 s of audio)
     engine_steps: tuple[int, int] = (32, 288)  # engine only: the two lengths whose difference is timed
+    engine_repeats: int = 1  # engine only: timed (SHORT, LONG) pairs per level; ms/step is their median
     overrides: dict = field(default_factory=dict)  # --set KEY=VALUE, for every phase
     phase_timeout: float = 420.0
     budget: float | None = None  # seconds for the whole run; phases that do not fit are skipped

@@ -60,14 +60,17 @@ async def _one(api: SpeechAPI, max_tokens: int) -> dict:
 
 
 async def level(api: SpeechAPI, concurrency: int, rounds: int, max_tokens: int) -> dict:
-    per_stream, audio_total, wall_total = [], 0.0, 0.0
+    per_stream, audio_total, wall_total, per_round = [], 0.0, 0.0, []
     api.stage.record.batches.clear()
     for _ in range(rounds):
         start = time.perf_counter()
         results = await asyncio.gather(*[_one(api, max_tokens) for _ in range(concurrency)])
-        wall_total += time.perf_counter() - start
+        wall = time.perf_counter() - start
+        wall_total += wall
         audio_total += sum(r["audio_s"] for r in results)
         per_stream += results
+        per_round.append({"ttfa_ms_median": 1000 * statistics.median(r["ttfa_s"] for r in results),
+                          "audio_s_per_s": sum(r["audio_s"] for r in results) / wall})
     return {
         "concurrency": concurrency,
         "streams": len(per_stream),
@@ -79,4 +82,5 @@ async def level(api: SpeechAPI, concurrency: int, rounds: int, max_tokens: int) 
         "audio_s_per_s": audio_total / wall_total,
         "audio_s_per_stream": statistics.median(r["audio_s"] for r in per_stream),
         "codec_batches": dict(sorted(api.stage.record.batches.items())),  # batch size -> decodes
+        "rounds": per_round,  # each round's TTFA median and audio s/s: the gate's tolerance is their spread
     }

@@ -44,12 +44,14 @@ class Difference:
 
 # SamplingParams fields older versions lack (the talker's sampling tables classify them; they must
 # not be classified where vLLM has no such field).
+# 0.26.0 (the GPU machine): read from the wheel's vllm/sampling_params.py, since the GPU gate's
+# selection (-m "gpu or engine") does not run tests/test_compat.py; docs/gate.md.
 NO_WATERMARKING_FIELD = Difference(
-    "no_watermarking_field", frozenset({"0.29.0"}),
+    "no_watermarking_field", frozenset({"0.26.0", "0.29.0"}),
     "SamplingParams has no watermarking (added in 0.30)", fields=("watermarking",),
 )
 NO_PROMPT_LOGPROB_RANGE_FIELDS = Difference(
-    "no_prompt_logprob_range_fields", frozenset({"0.29.0", "0.30.0"}),
+    "no_prompt_logprob_range_fields", frozenset({"0.26.0", "0.29.0", "0.30.0"}),
     "SamplingParams has no prompt_logprob_start, prompt_logprob_token_ids (added in 0.31)",
     fields=("prompt_logprob_start", "prompt_logprob_token_ids"),
 )

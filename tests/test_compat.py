@@ -105,6 +105,7 @@ def test_watermarking_default_true_holds_exactly_where_it_applies():
 
 
 @pytest.mark.parametrize("version, absent, watermarking", [
+    pytest.param("0.26.0", {"watermarking", "prompt_logprob_start"}, None, id="0.26.0"),
     pytest.param("0.29.0", {"watermarking", "prompt_logprob_start"}, None, id="0.29.0"),
     pytest.param("0.30.0", {"prompt_logprob_start"}, (None, True), id="0.30.0"),
     pytest.param("0.31.0", set(), (None, True), id="0.31.0"),

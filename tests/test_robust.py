@@ -17,12 +17,17 @@ pytestmark = pytest.mark.cpu
 ISA = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"}
 
 
-def test_each_configuration_limits_the_isa_and_sets_its_threads_over_the_callers_environment():
+def test_each_configuration_limits_the_isa_sets_its_threads_and_its_own_compile_caches():
     base = {"PATH": "/bin", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "16", "ATEN_CPU_CAPABILITY": "avx512"}
     one, busy = robust.CONFIGS["baseline-isa-1-thread"], robust.CONFIGS["baseline-isa-2-threads-busy"]
+    caches = robust.COMPILE_CACHES
     assert one.env(base) == {"PATH": "/bin", "VLLM_CPU_KVCACHE_SPACE": "1", **ISA,
-                             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HIGGS_TORCH_THREADS": "1"}
-    assert busy.env(base) == {**one.env(base), "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "HIGGS_TORCH_THREADS": "2"}
+                             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HIGGS_TORCH_THREADS": "1",
+                             "TORCHINDUCTOR_CACHE_DIR": str(caches / "baseline-isa-1-thread" / "inductor"),
+                             "VLLM_CACHE_ROOT": str(caches / "baseline-isa-1-thread" / "vllm")}
+    assert busy.env(base) == {**one.env(base), "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "HIGGS_TORCH_THREADS": "2",
+                              "TORCHINDUCTOR_CACHE_DIR": str(caches / "baseline-isa-2-threads-busy" / "inductor"),
+                              "VLLM_CACHE_ROOT": str(caches / "baseline-isa-2-threads-busy" / "vllm")}
     assert (one.busy_processes, busy.busy_processes) == (0, 2)
     assert base["OMP_NUM_THREADS"] == "16"  # the caller's environment is left alone
 
@@ -114,7 +119,7 @@ def test_the_summary_names_each_configuration_and_the_total_and_any_failure_exit
 
 
 def test_a_configuration_whose_limits_did_not_take_effect_fails_without_running(monkeypatch):
-    monkeypatch.setattr(robust, "probe", lambda env: ("AVX512", 1))
+    monkeypatch.setattr(robust, "probe", lambda env: ("AVX512", 1, False))
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the suite ran"))
     result = robust.run_config(robust.CONFIGS["baseline-isa-1-thread"], [], 60)
     assert not result.ok
@@ -122,7 +127,7 @@ def test_a_configuration_whose_limits_did_not_take_effect_fails_without_running(
 
 
 def test_a_configuration_runs_pytest_with_its_environment_beside_its_load_and_reads_the_counts(monkeypatch):
-    monkeypatch.setattr(robust, "probe", lambda env: ("DEFAULT", 2))
+    monkeypatch.setattr(robust, "probe", lambda env: ("DEFAULT", 2, False))
     loads, seen = [], {}
 
     class RecordedLoad(robust.BusyLoad):
@@ -149,7 +154,22 @@ def test_a_configuration_runs_pytest_with_its_environment_beside_its_load_and_re
 
 def test_the_probe_sees_the_limits_of_a_configuration():
     env = robust.CONFIGS["baseline-isa-2-threads-busy"].env(os.environ)
-    assert robust.probe(env) == ("DEFAULT", 2)
+    assert robust.probe(env) == ("DEFAULT", 2, torch.cpu._is_amx_tile_supported())
+
+
+def test_on_a_cpu_with_amx_the_bfloat16_engines_are_left_out_and_the_summary_says_so(monkeypatch, capsys):
+    monkeypatch.setattr(robust, "probe", lambda env: ("DEFAULT", 1, True))
+    seen = {}
+
+    def fake_pytest(cmd, cwd, env):
+        seen["cmd"] = cmd
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(subprocess, "run", fake_pytest)
+    result = robust.run_config(robust.CONFIGS["baseline-isa-1-thread"], ["-x"], 60)
+    assert seen["cmd"][-2:] == ["--deselect=tests/test_benchmark_smoke.py", "-x"]
+    assert result.left_out == robust.AMX_LEFT_OUT and "test_benchmark_smoke.py" in result.line()
+    assert "left out: bfloat16 engines under ONEDNN_MAX_CPU_ISA=SSE41" in capsys.readouterr().out
 
 
 def test_the_decode_threads_follow_higgs_torch_threads(monkeypatch):

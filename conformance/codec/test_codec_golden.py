@@ -69,8 +69,9 @@ def test_golden_is_current(case_id):
     assert golden["tolerance"]["max_abs"] == float(case["tolerance"]["max_abs"]), "tolerance differs from decode.yaml"
     assert golden["codes_sha256"] == codec_cases.codes_sha256(codec_cases.expected_frames(case)), "case codes changed"
     weights = codec_state_dict(codec_config(DOC["codec"]["size"]), int(DOC["codec"]["seed"]))
-    sha = codec_cases.weights_sha256({k: v.numpy() for k, v in weights.items()})
-    assert golden["provenance"]["codec_weights"]["sha256"] == sha, "fixture codec weights changed: regenerate goldens"
+    fingerprint = codec_cases.weights_fingerprint({k: v.numpy() for k, v in weights.items()})
+    changed = codec_cases.fingerprint_differences(fingerprint, golden["provenance"]["codec_weights"]["fingerprint"])
+    assert not changed, "fixture codec weights changed, regenerate the goldens (tox -e regen):\n" + "\n".join(changed)
     assert golden["provenance"]["generator"].startswith("conformance.oracles.codec_numpy")
 
 

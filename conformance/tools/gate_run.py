@@ -1,7 +1,7 @@
 """One upgrade-gate run inside the environment of the vLLM under test: every check's outcome and
 every measured figure, written as a verdict (JSON). conformance/tools/gate.py starts it and diffs.
 
-    python -m conformance.tools.gate_run OUT.json [pytest args...]
+    python -m conformance.tools.gate_run OUT.json [--deadline S] [--test-timeout S] [--rest VERDICT] [pytest args...]
 
 The suite is the one of the platform's job: on a CPU `pytest -m "not gpu"` (tox -e cpu-dummy), on
 a CUDA machine `pytest -m "gpu or engine" -n 4 --dist loadgroup` (tox -e gpu); with
@@ -10,6 +10,11 @@ reports a figure with `record_property("figure:<name>", {"value": v, "unit": u, 
 The verdict names its weights (`weights`: "dummy" or "real: <path>, <revision or folder>") and how
 many real-weight checks ran (`real_weight_checks_run`); format 1 verdicts predate both and ran
 dummy weights.
+
+`--test-timeout` and `--deadline` (conformance/tools/gate_watch.py) make the run end with a verdict
+whatever hangs: a hung check is an `error` with `"timeout": true`, naming the limit and its group;
+at the deadline the checks not started are `notrun` and the verdict says `"complete": false`.
+`--rest VERDICT` runs that verdict's `notrun` checks and writes the two runs merged (format 3).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -25,13 +31,15 @@ from pathlib import Path
 import pytest
 
 from conformance import weights
+from conformance.tools import gate_watch
 from conformance.environment import CPU_WORKERS
 
 ROOT = Path(__file__).resolve().parents[2]
-FORMAT = 2
+FORMAT = 3  # 3: `complete`, `runs`, `notrun` and `timeout` outcomes (gate_watch.py)
 FAILING = ("failed", "error")
 XDIST_GROUP_SUFFIX = re.compile(r"@[\w.:-]+$")
 MAX_REASON = 400
+DEADLINE_EXIT = 4  # the verdict was written at the deadline: `notrun` checks are left (--rest)
 
 
 def _reason(report) -> str:
@@ -59,10 +67,18 @@ class VerdictCollector:
         self.figures: dict[str, dict] = {}
         self.weights: str | None = None  # dummy or real, once the session started (conftest.py)
         self.real_checks_ran = 0
+        self.collected: set[str] = set()  # every selected check, as the workers (or this process) collected it
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.collected.update(check_id(i) for i in ids)
+
+    def pytest_collection_finish(self, session):
+        self.collected.update(check_id(item.nodeid) for item in session.items)
 
     @pytest.hookimpl(trylast=True)  # after conftest.py's, which refuses a real-weights run without them
     def pytest_configure(self, config):
-        self.weights = weights.mode(config.getoption("weights"))
+        self.weights = weights.mode(config.getoption("weights", None))
 
     def _set(self, nodeid: str, outcome: str, reason: str = "") -> None:
         self.checks[check_id(nodeid)] = {"outcome": outcome, "reason": reason} if reason else {"outcome": outcome}
@@ -104,7 +120,66 @@ def detect_platform() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def run(out: Path, extra: list[str]) -> int:
+def finished(collector: VerdictCollector, watch_dir: Path | None, deadline: bool) -> tuple[dict, bool]:
+    """The checks of the run, hung ones and (at the deadline) unstarted ones marked: (checks, complete)."""
+    checks = dict(collector.checks)
+    if watch_dir is not None:
+        hung = gate_watch.hung_checks(watch_dir)
+        running = gate_watch.running_checks(watch_dir) if deadline else {}
+        for nodeid, record in hung.items():
+            checks[check_id(nodeid)] = {
+                "outcome": "error", "timeout": True,
+                "reason": f"timed out: ran {record['seconds']} s, past the per-test limit of {record['limit']:.0f} s "
+                          f"(group {record['group'] or '?'}, worker {record['worker']}); {record['how']}"}
+        for nodeid, record in running.items():
+            if nodeid in hung:
+                continue
+            checks[check_id(nodeid)] = {
+                "outcome": "error", "timeout": True,
+                "reason": f"timed out: still running when the run's deadline came "
+                          f"({time.time() - record['start']:.0f} s in, worker {record['worker']})"}
+    missing = sorted(collector.collected - set(checks))
+    why = "not started before the run's deadline" if deadline else "not started: the run ended early (see pytest_exit)"
+    for check in missing:
+        checks[check] = {"outcome": "notrun", "reason": why}
+    collected = bool(collector.collected)  # False: the deadline came before the checks were collected
+    return dict(sorted(checks.items())), collected and not missing
+
+
+def count(checks: dict[str, dict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for check in checks.values():
+        counts[check["outcome"]] = counts.get(check["outcome"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def merge(earlier: dict, later: dict) -> dict:
+    """An incomplete verdict and the run of its `notrun` checks, as one verdict."""
+    checks = {**earlier["checks"], **later["checks"]}
+    runs = earlier.get("runs") or [{"seconds": earlier["seconds"], "pytest_exit": earlier["pytest_exit"]}]
+    return {**later, "checks": dict(sorted(checks.items())), "counts": count(checks),
+            "figures": dict(sorted({**earlier.get("figures", {}), **later.get("figures", {})}.items())),
+            "seconds": earlier["seconds"] + later["seconds"],
+            "pytest_exit": max(earlier["pytest_exit"], later["pytest_exit"]),
+            "real_weight_checks_run": earlier.get("real_weight_checks_run", 0) + later.get("real_weight_checks_run", 0),
+            "runs": [*runs, {"seconds": later["seconds"], "pytest_exit": later["pytest_exit"]}]}
+
+
+def parse_gate_options(argv: list[str]) -> tuple[dict, list[str]]:
+    """gate_run's own options (before the pytest arguments): deadline, test_timeout, rest."""
+    options: dict = {"deadline": None, "test_timeout": None, "rest": None}
+    names = {"--deadline": ("deadline", float), "--test-timeout": ("test_timeout", float), "--rest": ("rest", Path)}
+    argv = list(argv)
+    while argv and argv[0] in names:
+        if len(argv) < 2:
+            raise SystemExit(f"gate_run: {argv[0]} needs a value")
+        key, kind = names[argv.pop(0)]
+        options[key] = kind(argv.pop(0))
+    return options, argv
+
+
+def run(out: Path, extra: list[str], deadline: float | None = None, test_timeout: float | None = None,
+        rest: Path | None = None) -> int:
     from reference import compat
 
     try:
@@ -119,40 +194,74 @@ def run(out: Path, extra: list[str]) -> int:
     except ValueError as error:
         print(f"gate: {error}", file=sys.stderr)
         return 2
+    earlier = json.loads(rest.read_text()) if rest else None
+    only = sorted(c for c, r in earlier["checks"].items() if r["outcome"] == "notrun") if earlier else []
+    if earlier is not None and not only:
+        print(f"gate: {rest} has no check left to run", file=sys.stderr)
+        return 2
     platform_name = detect_platform()
     collector = VerdictCollector()
     args = ["-q", "-p", "no:cacheprovider", *suite_args(platform_name, chosen), *extra]
+    watch_dir = None
+    if deadline or test_timeout:
+        watch_dir = out.parent / f".watch-{os.getpid()}"
+        shutil.rmtree(watch_dir, ignore_errors=True)
+        watch_dir.mkdir(parents=True)
+        os.environ[gate_watch.DIR_ENV] = str(watch_dir)
+        os.environ[gate_watch.TIMEOUT_ENV] = str(test_timeout or "")
+        args[3:3] = ["-p", "conformance.tools.gate_watch"]
+    args += only
     start = time.monotonic()
     os.chdir(ROOT)
+
+    def write(code: int, at_deadline: bool) -> int:
+        checks, complete = finished(collector, watch_dir, at_deadline)
+        verdict = {
+            "format": FORMAT,
+            "platform": platform_name,
+            "vllm": version,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "known_differences": [d.name for d in compat.DIFFERENCES if d.applies(version)],
+            "weights": weights.describe(collector.weights or chosen),
+            "real_weight_checks_run": collector.real_checks_ran,
+            "pytest_args": [a for a in args[3:] if a not in only],
+            "pytest_exit": code,
+            "seconds": round(time.monotonic() - start),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "complete": complete,
+            "limits": {"deadline_s": deadline, "test_timeout_s": test_timeout},
+            "counts": count(checks),
+            "checks": checks,
+            "figures": dict(sorted(collector.figures.items())),
+        }
+        if earlier is not None:
+            verdict = merge(earlier, verdict)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(verdict, indent=1, sort_keys=False) + "\n")
+        return code
+
+    def at_deadline() -> int:
+        code = write(DEADLINE_EXIT, True)
+        shutil.rmtree(watch_dir, ignore_errors=True)
+        return code
+
+    watchdog = gate_watch.Deadline(deadline, at_deadline) if deadline else None
+    if watchdog:
+        watchdog.start()
     code = int(pytest.main(args, plugins=[collector]))
+    if watchdog:
+        watchdog.cancel()
     if collector.weights is None:  # the session did not start (a refused real-weights run: pytest said why)
         return code
-    counts: dict[str, int] = {}
-    for check in collector.checks.values():
-        counts[check["outcome"]] = counts.get(check["outcome"], 0) + 1
-    verdict = {
-        "format": FORMAT,
-        "platform": platform_name,
-        "vllm": version,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "known_differences": [d.name for d in compat.DIFFERENCES if d.applies(version)],
-        "weights": weights.describe(collector.weights),
-        "real_weight_checks_run": collector.real_checks_ran,
-        "pytest_args": args[3:],
-        "pytest_exit": code,
-        "seconds": round(time.monotonic() - start),
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "counts": dict(sorted(counts.items())),
-        "checks": dict(sorted(collector.checks.items())),
-        "figures": dict(sorted(collector.figures.items())),
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(verdict, indent=1, sort_keys=False) + "\n")
+    code = write(code, False)
+    if watch_dir is not None:
+        shutil.rmtree(watch_dir, ignore_errors=True)
     return code
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit("usage: python -m conformance.tools.gate_run OUT.json [pytest args...]")
-    sys.exit(run(Path(sys.argv[1]).resolve(), sys.argv[2:]))
+    options, pytest_args = parse_gate_options(sys.argv[2:])
+    sys.exit(run(Path(sys.argv[1]).resolve(), pytest_args, **options))

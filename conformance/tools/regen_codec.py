@@ -4,7 +4,7 @@
 
 The only writer of golden/codec. Each golden holds a summary of the oracle's float64 decode of one
 case of conformance/cases/codec/decode.yaml on the seeded "tiny" fixture codec, the case's
-tolerance, and its provenance (oracle module, numpy/python versions, dtype, weights sha256).
+tolerance, and its provenance (oracle module, numpy/python versions, dtype, the weights' fingerprint).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _rounded(value: Any) -> Any:
 
 
 def golden_for_case(
-    case: dict[str, Any], doc: dict[str, Any], state: dict[str, np.ndarray], sha: str
+    case: dict[str, Any], doc: dict[str, Any], state: dict[str, np.ndarray], fingerprint: dict[str, str]
 ) -> dict[str, Any]:
     frames = codec_cases.expected_frames(case)
     pcm = codec_numpy.decode(frames, state)  # [T * 960] float64
@@ -64,7 +64,7 @@ def golden_for_case(
             "dtype": "float64",
             "python": platform.python_version(),
             "numpy": np.__version__,
-            "codec_weights": dict(doc["codec"], layout="transformers", sha256=sha),
+            "codec_weights": dict(doc["codec"], layout="transformers", fingerprint=fingerprint),
         },
         "summary": _rounded(summary),
     }
@@ -79,11 +79,11 @@ def main(out_dir: str | Path | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     doc = case_files.load("codec/decode")
     state = fixture_weights(doc["codec"])
-    sha = codec_cases.weights_sha256(state)
+    fingerprint = codec_cases.weights_fingerprint(state)
     written = []
     for case in doc["cases"]:
         path = codec_cases.golden_path(case["id"], out)
-        path.write_text(json.dumps(golden_for_case(case, doc, state, sha), indent=1) + "\n")
+        path.write_text(json.dumps(golden_for_case(case, doc, state, fingerprint), indent=1) + "\n")
         written.append(path)
     for path in sorted(set(out.glob("*.json")) - set(written)):  # goldens of cases that no longer exist
         if _is_codec_golden(path):
