@@ -1,8 +1,8 @@
 """Driving `python -m reference.serve` from the checks: a server process on loopback, its
 metrics, request bodies from the talker prompts, and the audio they return.
 
-The server is a child process (its own session, so its engine goes with it), on 127.0.0.1 and a
-free port; it is healthy when `GET /health` answers 200 (a CPU boot takes about a minute).
+The server is a child process (its own session, so its engine goes with it; SIGTERM when the
+test process dies, even killed, so that no server outlives its run), on 127.0.0.1 and a free port; it is healthy when `GET /health` answers 200 (a CPU boot takes about a minute).
 `SlowReader` is a client that reads only what it asks for, so that the server's sends block: the
 way to hold a stream at a known place without timing anything.
 """
@@ -10,6 +10,7 @@ way to hold a stream at a known place without timing anything.
 from __future__ import annotations
 
 import base64
+import ctypes
 import json
 import os
 import signal
@@ -33,6 +34,16 @@ MODEL_NAME = "higgs-tiny"
 BOOT_TIMEOUT_S = 420.0
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """A Popen preexec_fn: the child gets SIGTERM when the process that started it ends. A server
+    left behind by a killed pytest (seen: a run stopped by `timeout`) kept its engine and cores."""
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,7 +60,8 @@ class ServerProcess:
                "--host", "127.0.0.1", "--port", str(self.port), "--platform", platform, "--voices", str(voices),
                "--served-model-name", MODEL_NAME, "--log-level", "warning", *sets]
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=die_with_parent)
         self.client = httpx.Client(base_url=self.url, timeout=120.0)
 
     def wait_healthy(self, timeout: float = BOOT_TIMEOUT_S) -> None:
