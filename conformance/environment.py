@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 REAL_CHECKPOINT_ENV = "HIGGS_V3_CHECKPOINT"
-# pytest-xdist arguments of the CPU suite (tox -e cpu-dummy says the same): two workers, each
-# check in its group (conftest.py), so that a group's engines and module fixtures are built once.
-CPU_WORKERS = ("-n", "2", "--dist", "loadgroup")
+# pytest-xdist arguments of the CPU suite (tox -e cpu-dummy says the same): three workers on two
+# cores, since many checks wait (on a server, a deadline, a phase limit, an engine's other process)
+# and a third worker fills those waits; each check in its group (conftest.py), so that a group's
+# engines and module fixtures are built once.
+CPU_WORKERS = ("-n", "3", "--dist", "loadgroup")
 
 
 def has_cuda() -> bool:

@@ -13,6 +13,7 @@ import pytest
 
 from conformance import report, weights
 from conformance.environment import REAL_CHECKPOINT_ENV
+from conformance.tools import gate_run as gate_run_module
 from higgs_dummy.cache import cached_checkpoint
 from reference.talker import config as talker_config
 
@@ -178,7 +179,7 @@ def test_the_verdict_names_its_weights_and_counts_the_real_checks_that_ran(tmp_p
     dummy = gate_run(tmp_path / "dummy.json", NOT_REAL, "-n", "0")  # one check: no workers
     assert dummy.returncode == 0, dummy.stdout + dummy.stderr
     verdict = json.loads((tmp_path / "dummy.json").read_text())
-    assert (verdict["format"], verdict["weights"], verdict["real_weight_checks_run"]) == (2, "dummy", 0)
+    assert (verdict["format"], verdict["weights"], verdict["real_weight_checks_run"]) == (gate_run_module.FORMAT, "dummy", 0)
     assert verdict["pytest_args"][:2] == ["-m", "not gpu"]
     real = gate_run(tmp_path / "real.json", "-k", "config_declares", "-n", "0", HIGGS_WEIGHTS="real",
                     HIGGS_V3_CHECKPOINT=str(folder))

@@ -55,6 +55,37 @@ def check_same_as_other_variants(streams_dir, run_id: str, variant: str, streams
             assert json.loads(other.read_text()) == streams, f"{run_id}: {variant} and {other_variant} differ (V1 = V2 broken)"
 
 
+# Decoded end to end: a greedy request's audio equals the oracle's audio (oracle rows through the
+# numpy codec oracle) within the codec goldens' tolerance. Before the stream runs, whose first
+# engine (base, greedy checkpoint) it shares: one boot fewer per variant.
+E2E_PROMPTS = ["hello", "clone_with_text"]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("variant", runner_params(VARIANTS))
+def test_decoded_audio_equals_the_oracle_audio(variant, pool):
+    import numpy as np
+    import torch
+
+    from conformance import case_files
+    from conformance.oracles import codec_numpy
+    from reference.codec.model import load_codec, read_codec_tensors
+    from reference.codec.delay_pattern import rows_to_frames
+
+    engine = RUNS["engines"]["base"]
+    api = pool.get(variant.split("-")[0], {**engine["args"], **VARIANTS[variant]})
+    codec = load_codec(api.checkpoint)
+    state = {k: v.numpy() for k, v in read_codec_tensors(api.checkpoint).items()}
+    tolerance = min(float(c["tolerance"]["max_abs"]) for c in case_files.load("codec/decode")["cases"])
+    requests = [talker_cases.speech_request(PROMPT_BY_ID[p], PROMPTS["max_tokens"]) for p in E2E_PROMPTS]
+    for pid, result in zip(E2E_PROMPTS, api.generate(requests)):
+        audio = codec.decode(result.frames).numpy()
+        oracle_frames = rows_to_frames(np.asarray(GOLDENS["streams"][pid]["rows"]))
+        oracle_audio = codec_numpy.decode(oracle_frames, state)
+        assert audio.shape == oracle_audio.shape, pid
+        assert float(np.abs(audio - oracle_audio).max()) <= tolerance, pid
+
+
 # Variant outermost, so that one variant's engines serve all runs before the next boots.
 @pytest.mark.cpu
 @pytest.mark.parametrize("run", RUNS["runs"], ids=lambda r: r["id"])
@@ -89,36 +120,6 @@ def test_the_graphs_variant_captured_full_decode_graphs(variant, pool):
     api = pool.get("v2", {**RUNS["engines"]["base"]["args"], **VARIANTS[variant]})
     sizes = api.engine.collective_rpc("talker_full_cuda_graphs")[0]
     assert {1, 2, 4} <= set(sizes), f"FULL graphs captured for {sizes} tokens, expected decode batches 1, 2, 4"
-
-
-# Decoded end to end: a greedy request's audio equals the oracle's audio (oracle rows through the
-# numpy codec oracle) within the codec goldens' tolerance.
-E2E_PROMPTS = ["hello", "clone_with_text"]
-
-
-@pytest.mark.cpu
-@pytest.mark.parametrize("variant", runner_params(VARIANTS))
-def test_decoded_audio_equals_the_oracle_audio(variant, pool):
-    import numpy as np
-    import torch
-
-    from conformance import case_files
-    from conformance.oracles import codec_numpy
-    from reference.codec.model import load_codec, read_codec_tensors
-    from reference.codec.delay_pattern import rows_to_frames
-
-    engine = RUNS["engines"]["base"]
-    api = pool.get(variant.split("-")[0], {**engine["args"], **VARIANTS[variant]})
-    codec = load_codec(api.checkpoint)
-    state = {k: v.numpy() for k, v in read_codec_tensors(api.checkpoint).items()}
-    tolerance = min(float(c["tolerance"]["max_abs"]) for c in case_files.load("codec/decode")["cases"])
-    requests = [talker_cases.speech_request(PROMPT_BY_ID[p], PROMPTS["max_tokens"]) for p in E2E_PROMPTS]
-    for pid, result in zip(E2E_PROMPTS, api.generate(requests)):
-        audio = codec.decode(result.frames).numpy()
-        oracle_frames = rows_to_frames(np.asarray(GOLDENS["streams"][pid]["rows"]))
-        oracle_audio = codec_numpy.decode(oracle_frames, state)
-        assert audio.shape == oracle_audio.shape, pid
-        assert float(np.abs(audio - oracle_audio).max()) <= tolerance, pid
 
 
 @pytest.mark.cpu
