@@ -23,7 +23,7 @@ KNOWN_VERSIONS: dict[str, tuple[str, str]] = {
     "0.30.0": ("cpu", "2.13.0"),
     "0.31.0": ("cpu", "2.13.0"),
     "0.32.0": ("cpu", "2.13.0"),
-    "0.33.0": ("cuda", "2.14.0"),  # the GPU machine: conformance/tools/bundle.py, docs/gate.md
+    "0.33.0": ("cuda", "2.14.0+cu130"),  # the GPU machine: conformance/tools/bundle.py, docs/gate.md
 }
 # What CI and the tox environments install per platform; the upgrade gate's baselines.
 PINNED = {"cpu": "0.32.0", "cuda": "0.26.0"}

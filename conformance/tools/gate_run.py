@@ -13,8 +13,9 @@ dummy weights.
 
 `--test-timeout` and `--deadline` (conformance/tools/gate_watch.py) make the run end with a verdict
 whatever hangs: a hung check is an `error` with `"timeout": true`, naming the limit and its group;
-at the deadline the checks not started are `notrun` and the verdict says `"complete": false`.
-`--rest VERDICT` runs that verdict's `notrun` checks and writes the two runs merged (format 3).
+at the deadline the checks not started, and those it cut short, are `notrun` and the verdict says
+`"complete": false`. `--rest VERDICT` runs that verdict's `notrun` checks and writes the two runs
+merged (format 3).
 """
 
 from __future__ import annotations
@@ -131,19 +132,19 @@ def finished(collector: VerdictCollector, watch_dir: Path | None, deadline: bool
                 "outcome": "error", "timeout": True,
                 "reason": f"timed out: ran {record['seconds']} s, past the per-test limit of {record['limit']:.0f} s "
                           f"(group {record['group'] or '?'}, worker {record['worker']}); {record['how']}"}
+        # Cut by the deadline, not hung (that is the per-test limit's call): left for --rest.
         for nodeid, record in running.items():
-            if nodeid in hung:
-                continue
-            checks[check_id(nodeid)] = {
-                "outcome": "error", "timeout": True,
-                "reason": f"timed out: still running when the run's deadline came "
-                          f"({time.time() - record['start']:.0f} s in, worker {record['worker']})"}
-    missing = sorted(collector.collected - set(checks))
+            if nodeid not in hung:
+                checks[check_id(nodeid)] = {
+                    "outcome": "notrun",
+                    "reason": f"cut by the run's deadline ({time.time() - record['start']:.0f} s in, worker "
+                              f"{record['worker']}): --rest runs it again"}
     why = "not started before the run's deadline" if deadline else "not started: the run ended early (see pytest_exit)"
-    for check in missing:
+    for check in collector.collected - set(checks):
         checks[check] = {"outcome": "notrun", "reason": why}
     collected = bool(collector.collected)  # False: the deadline came before the checks were collected
-    return dict(sorted(checks.items())), collected and not missing
+    left = any(result["outcome"] == "notrun" for result in checks.values())
+    return dict(sorted(checks.items())), collected and not left
 
 
 def count(checks: dict[str, dict]) -> dict[str, int]:

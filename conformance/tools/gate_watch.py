@@ -11,7 +11,7 @@ Two limits, both optional:
   attempt to run it (pytest-xdist re-queues a crashed worker's work) fails at once instead of
   hanging again.
 - a deadline for the whole run (`--deadline S`): when it comes, the controller writes the verdict
-  from what has finished: checks still running are `error` (timeout), checks not started are
+  from what has finished: checks still running (cut short, not hung) and checks not started are
   `notrun`, and the verdict says `"complete": false`. It then kills every process under it and
   exits. `python -m conformance.tools.gate --rest VERDICT` runs the `notrun` checks and merges.
 
