@@ -165,7 +165,7 @@ def main(argv: list[str]) -> int:
             return code
     if not candidate.get("complete", True):
         notrun = sorted(c for c, r in candidate["checks"].items() if r["outcome"] == "notrun")
-        print(f"gate: INCOMPLETE: the deadline came with {len(notrun)} checks not started; run them with "
+        print(f"gate: INCOMPLETE: the deadline came with {len(notrun)} checks not run to their end; run them with "
               f"`python -m conformance.tools.gate --rest VERDICT` (the diff below counts them as missing)")
     baseline_path = args.baseline or default_baseline(candidate["platform"], gate_diff.weights(candidate))
     if not baseline_path.exists():
