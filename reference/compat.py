@@ -46,7 +46,7 @@ class Difference:
 # SamplingParams fields older versions lack (the talker's sampling tables classify them; they must
 # not be classified where vLLM has no such field).
 # 0.26.0 (the GPU machine): read from the wheel's vllm/sampling_params.py, then checked by
-# tests/test_compat.py in the GPU selection (marker vllm_version).
+# tests/test_compat.py in the GPU selection (marker every_platform).
 NO_WATERMARKING_FIELD = Difference(
     "no_watermarking_field", frozenset({"0.26.0", "0.29.0"}),
     "SamplingParams has no watermarking (added in 0.30)", fields=("watermarking",),

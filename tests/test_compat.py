@@ -1,5 +1,5 @@
 """The vLLM compatibility layer, on the installed vLLM, on every platform: the CPU job and the GPU
-selection (marker `vllm_version`) both run it, so the upgrade gate checks every `Difference` on each
+selection (marker `every_platform`) both run it, so the upgrade gate checks every `Difference` on each
 known version (conformance/tools/gate.py). The CPU platform's own facts: test_compat_cpu.py."""
 
 import msgspec
@@ -9,7 +9,7 @@ from vllm import SamplingParams
 
 from reference import compat
 
-pytestmark = [pytest.mark.cpu, pytest.mark.vllm_version]
+pytestmark = [pytest.mark.cpu, pytest.mark.every_platform]
 
 
 def test_flat_logprobs_are_available_and_accepted():

@@ -52,7 +52,12 @@ def note(record_property, text: str) -> None:
 
 # -- calibration controls ----------------------------------------------------------------------
 
-@pytest.mark.cpu
+def calibration(test):
+    """A check of the scorers themselves: no engine, and the GPU host runs it too (every_platform)."""
+    return pytest.mark.every_platform(pytest.mark.cpu(test))
+
+
+@calibration
 def test_reference_clips_are_reproducible(tmp_path):
     table = prompt_set.clip_table()
     for clip in table["clips"].values():
@@ -69,7 +74,7 @@ def clean_wer():
     return scorers.wer_scores(spec, PROMPTS, [prompt_set.real_speech(p) for p in PROMPTS])
 
 
-@pytest.mark.cpu
+@calibration
 @pytest.mark.slow
 @pytest.mark.parametrize("control", CONTROLS["wer"], ids=lambda c: c["id"])
 def test_wer_control(control, clean_wer, record_property):
@@ -89,7 +94,7 @@ def test_wer_control(control, clean_wer, record_property):
             f"{control['id']}: WER {est.mean:.3f}, not {control['min_increase']} above clean speech {clean:.3f}")
 
 
-@pytest.mark.cpu
+@calibration
 @pytest.mark.parametrize("control", CONTROLS["sim"], ids=lambda c: c["id"])
 def test_sim_control(control, record_property):
     spec = scorers.active_spec("sim")
@@ -100,7 +105,7 @@ def test_sim_control(control, record_property):
         f"{control['id']}: SIM {est.mean:.3f} against floor {spec.floor}, expected {control['expect']}")
 
 
-@pytest.mark.cpu
+@calibration
 def test_the_production_scorers_are_in_use(record_property):
     """Names the scorers the controls ran with; skips, saying what to set, when a production
     scorer is not in use (its floors are then not checked by the controls)."""
@@ -113,7 +118,7 @@ def test_the_production_scorers_are_in_use(record_property):
     assert scorers.load(wer_spec.id) and scorers.load(sim_spec.id)
 
 
-@pytest.mark.cpu
+@calibration
 def test_identical_audio_gets_identical_scores_from_separately_loaded_scorers():
     """What makes V1 = V2 checkable on scores: runners in different processes load their own
     scorers, and the same audio must score exactly the same there."""

@@ -4,7 +4,7 @@ every measured figure, written as a verdict (JSON). conformance/tools/gate.py st
     python -m conformance.tools.gate_run OUT.json [--deadline S] [--test-timeout S] [--rest VERDICT] [pytest args...]
 
 The suite is the one of the platform's job: on a CPU `pytest -m "not gpu"` (tox -e cpu-dummy), on
-a CUDA machine `pytest -m "gpu or engine or vllm_version" -n 4 --dist loadgroup` (tox -e gpu); with
+a CUDA machine `pytest -m "gpu or engine or every_platform" -n 4 --dist loadgroup` (tox -e gpu); with
 HIGGS_WEIGHTS=real the real-weight checks of the platform (tox -e cpu-real, gpu-real). A test
 reports a figure with `record_property("figure:<name>", {"value": v, "unit": u, "tolerance": t})`.
 The verdict names its weights (`weights`: "dummy" or "real: <path>, <revision or folder>") and how
@@ -111,7 +111,7 @@ class VerdictCollector:
 def suite_args(platform_name: str, chosen: str = "dummy") -> list[str]:
     """tox.ini's selection: cpu-dummy, gpu, cpu-real or gpu-real."""
     if platform_name == "cuda":
-        return ["-m", "real_weights" if chosen == "real" else "gpu or engine or vllm_version", "-n", "4", "--dist", "loadgroup"]
+        return ["-m", "real_weights" if chosen == "real" else "gpu or engine or every_platform", "-n", "4", "--dist", "loadgroup"]
     return ["-m", "real_weights and not gpu" if chosen == "real" else "not gpu", *CPU_WORKERS]
 
 
