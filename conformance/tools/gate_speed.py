@@ -37,7 +37,7 @@ LEVELS = (1, 16, 64)
 BENCHMARK_ARGS = ["--size", "4b", "--profiles", "default", "high_throughput", "--engine-profiles", "default",
                   "--modes", "e2e", "engine", "--e2e-concurrency", "16",
                   "--engine-concurrency", *map(str, LEVELS), "--sampling", "default",
-                  "--rounds", str(REPEATS), "--engine-repeats", str(REPEATS), "--phase-timeout", "240"]
+                  "--rounds", str(REPEATS), "--engine-repeats", str(REPEATS), "--phase-timeout", "300"]
 
 
 def ratio_figure(top: list[float], bottom: list[float], note: str) -> dict:
