@@ -77,7 +77,7 @@ def stream_default(check: StreamCheck) -> StreamDefault:
     """The default for a profile whose geometry (with the served codec's reach) is `check`."""
     if check.exact:
         return StreamDefault("audio", f"the streaming geometry {check.shape} (first/chunk/left/holdback frames) "
-                                      "stitches exactly: the stream equals the whole response up to rounding")
+                                      "stitches exactly: the stream equals the whole response up to float rounding (one 16-bit step)")
     return StreamDefault(None, f"the streaming geometry {check.shape} (first/chunk/left/holdback frames) is lossy "
                                f"({check.shortfall} of the codec decoder's reach): send stream_format audio or sse "
                                "to stream anyway")
