@@ -1,22 +1,28 @@
 """The speech server's request parsing and audio bytes, without an engine (reference/serve/)."""
 
 import base64
+import json
 import struct
 import wave
 
+import httpx
 import numpy as np
 import pytest
 
-from reference.serve.protocol import Limits, RequestError, parse_json, parse_speech
+from reference.codec.geometry import DEFAULT_GEOMETRY, UPSTREAM_V1, StreamGeometry
+from reference.deploy.stream_check import check_stream
+from reference.serve.protocol import Limits, RequestError, parse_json, parse_speech, stream_default
 from reference.serve.voices import decode_ref_audio
 from reference.serve.wav import UNKNOWN_LENGTH, parse_header, pcm16, wav_file, wav_header
 
 VOICES = {"default", "narrator"}
+EXACT = stream_default(check_stream(DEFAULT_GEOMETRY))  # 8/25/10/10: context and holdback cover the reach
+LOSSY = stream_default(check_stream(UPSTREAM_V1))  # 1/25/25/4: holdback 6 frames short
 
 
-def parse(runner="v1", **fields):
+def parse(runner="v1", default=LOSSY, **fields):
     body = {"model": "m", "input": "Hello.", **fields}
-    return parse_speech(body, model_name="m", voices=VOICES, runner=runner, limits=Limits())
+    return parse_speech(body, model_name="m", voices=VOICES, runner=runner, limits=Limits(), stream_default=default)
 
 
 def refused(param, runner="v1", **fields) -> RequestError:
@@ -26,15 +32,66 @@ def refused(param, runner="v1", **fields) -> RequestError:
     return info.value
 
 
-def test_defaults_whole_wav_zero_shot():
+def test_defaults_wav_zero_shot():
     body = parse()
-    assert (body.voice, body.response_format, body.stream_format, body.ref_audio, body.sampling) == (
-        "default", "wav", None, None, {})
+    assert (body.voice, body.response_format, body.ref_audio, body.sampling) == ("default", "wav", None, {})
 
 
-def test_stream_true_means_the_audio_stream_format():
-    assert parse(stream=True).stream_format == "audio"
-    assert parse(stream_format="sse").stream_format == "sse"
+def test_absent_stream_format_streams_where_the_geometry_stitches_exactly():
+    body = parse(default=EXACT)
+    assert (body.stream_format, body.stream_default) == ("audio", EXACT)
+    assert EXACT.header.startswith("audio; the streaming geometry 8/25/10/10 ") and "stitches exactly" in EXACT.header
+
+
+def test_absent_stream_format_answers_whole_where_the_geometry_is_lossy_and_says_why():
+    body = parse(default=LOSSY)
+    assert (body.stream_format, body.stream_default) == (None, LOSSY)
+    assert LOSSY.header.startswith("whole; the streaming geometry 1/25/25/4 ")
+    assert "lossy (holdback 6 short" in LOSSY.header and "send stream_format audio or sse" in LOSSY.header
+    LOSSY.header.encode("ascii")  # an HTTP header value
+
+
+@pytest.mark.parametrize("left, holdback, expect", [(10, 10, "audio"), (25, 10, "audio"), (9, 10, None),
+                                                    (10, 9, None), (25, 4, None)])
+def test_the_default_follows_the_decoders_reach(left, holdback, expect):
+    """One frame short of the codec decoder's 10-frame reach on either side is lossy."""
+    default = stream_default(check_stream(StreamGeometry(1, 25, left, holdback)))
+    assert parse(default=default).stream_format == expect
+
+
+@pytest.mark.parametrize("default", [EXACT, LOSSY], ids=["exact", "lossy"])
+def test_a_named_stream_field_overrides_the_default(default):
+    assert (parse(default=default, stream=True).stream_format, parse(default=default, stream=True).stream_default) == (
+        "audio", None)
+    assert (parse(default=default, stream=False).stream_format, parse(default=default, stream=False).stream_default) == (
+        None, None)
+    assert parse(default=default, stream_format="sse").stream_format == "sse"
+    assert parse(default=default, stream_format="audio", stream=True).stream_format == "audio"
+
+
+def test_stream_false_beside_a_stream_format_is_refused():
+    assert "send one of them" in refused("stream", stream=False, stream_format="audio").message
+    refused("stream", stream="yes")
+
+
+def test_the_openai_clients_default_request_names_no_stream_field():
+    """What `client.audio.speech.create` sends when the caller gives only the required fields:
+    neither stream_format nor stream, so the server's default decides."""
+    openai = pytest.importorskip("openai", reason="the openai package (installed with vLLM) is missing")
+    sent = []
+
+    def handler(request):
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, content=b"")
+
+    client = openai.OpenAI(base_url="http://server/v1", api_key="unused",
+                           http_client=httpx.Client(transport=httpx.MockTransport(handler)))
+    client.audio.speech.create(model="m", voice="default", input="Hello.")
+    with client.audio.speech.with_streaming_response.create(model="m", voice="default", input="Hello.") as response:
+        response.read()
+    assert sent == [{"model": "m", "voice": "default", "input": "Hello."}] * 2
+    assert parse_speech(sent[0], model_name="m", voices=VOICES, runner="v1", limits=Limits(),
+                        stream_default=EXACT).stream_format == "audio"
 
 
 def test_sampling_fields_are_checked_and_kept():

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from conformance.talker import talker_cases
+from reference.codec.streaming import agreement
 from reference.serve.metrics import metric, parse_metrics
 from reference.serve.wav import HEADER_BYTES, parse_header, pcm16, wav_file
 
@@ -155,6 +156,15 @@ def pcm_of_wav(data: bytes, streamed: bool) -> bytes:
 
 def as_float(pcm: bytes) -> torch.Tensor:
     return torch.from_numpy(np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32767.0)
+
+
+def within(bound: dict, stream: bytes, whole: bytes) -> None:
+    """Streamed 16-bit PCM against the whole answer's: equal lengths, and `bound`'s SNR and largest
+    difference (reference.codec.streaming.agreement)."""
+    assert len(stream) == len(whole) > 0, f"streamed {len(stream)} bytes, whole {len(whole)}: a gap or a truncation"
+    measured = agreement(as_float(stream), as_float(whole))
+    print(f"stream vs whole: {measured}")
+    assert measured.snr_db >= bound["min_snr_db"] and measured.max_abs_err <= bound["max_abs_err"], measured
 
 
 class SlowReader:

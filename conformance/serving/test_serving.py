@@ -28,10 +28,11 @@ from conformance.talker import talker_cases
 from conformance.environment import has_cuda
 from conformance.serving.serving_client import (MODEL_NAME, ServerProcess, SlowReader, as_float, body_for,
                                                 pcm_of_wav, wav_bytes)
+from conformance.serving.serving_client import within as _within
+from conformance.serving.stream_default import check_default_answer
 from higgs_dummy.cache import cached_checkpoint
 from reference.codec.delay_pattern import rows_to_frames
 from reference.codec.model import load_codec
-from reference.codec.streaming import agreement
 from reference.codec.wav_io import read_wav
 from reference.serve.metrics import metric
 from reference.serve.wav import HEADER_BYTES, pcm16
@@ -80,7 +81,7 @@ def server(variant, tmp_path_factory):
 
 
 def _whole(server, body) -> bytes:
-    response = server.client.post(SPEECH, json=body)
+    response = server.client.post(SPEECH, json={**body, "stream": False})
     assert response.status_code == 200, response.text
     return pcm_of_wav(response.content, streamed=False) if body.get("response_format", "wav") == "wav" else response.content
 
@@ -102,13 +103,6 @@ def _sse(server, body) -> bytes:
     assert [e["type"] for e in events[-1:]] == ["speech.audio.done"]
     assert {e["type"] for e in events[:-1]} == {"speech.audio.delta"}
     return b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
-
-
-def _within(bound, stream: bytes, whole: bytes) -> None:
-    assert len(stream) == len(whole) > 0, f"streamed {len(stream)} bytes, whole {len(whole)}: a gap or a truncation"
-    measured = agreement(as_float(stream), as_float(whole))
-    print(f"stream vs whole: {measured}")
-    assert measured.snr_db >= bound["min_snr_db"] and measured.max_abs_err <= bound["max_abs_err"], measured
 
 
 def test_health_models_and_metrics(server, variant):
@@ -167,6 +161,12 @@ def _settled(before: dict):
                 and metric(v, "vllm:kv_cache_usage_perc") == 0 and metric(v, "higgs_serve_talker_slots_in_use") == 0
                 and _speech_requests(v) == 0 and metric(v, "higgs_serve_sends_waiting") == 0)
     return condition
+
+
+def test_absent_stream_format_gets_the_profiles_default(server, variant):
+    """OpenAI's client names no stream field by default; the variant's geometry decides (streamed
+    where it stitches exactly, whole where it is lossy), and the answer says which and why."""
+    check_default_answer(server, body_for(PROMPTS["fox"]), variant["stream_default"], variant["bound"])
 
 
 def test_first_chunk_arrives_before_the_server_takes_the_last_row(server):

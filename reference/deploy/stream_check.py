@@ -70,17 +70,26 @@ class StreamCheck:
         """stream = offline up to float rounding."""
         return self.left_short == 0 and self.right_short == 0
 
-    def summary(self) -> str:
+    @property
+    def shape(self) -> str:
+        """first/chunk/left/holdback, in frames."""
         g = self.geometry
-        shape = f"{g.first_chunk_frames}/{g.chunk_frames}/{g.left_context_frames}/{g.right_holdback_frames}"
+        return f"{g.first_chunk_frames}/{g.chunk_frames}/{g.left_context_frames}/{g.right_holdback_frames}"
+
+    @property
+    def shortfall(self) -> str:
+        """What falls short of the decoder's reach ("" when exact)."""
+        short = [f"left context {self.left_short} short"] * bool(self.left_short)
+        short += [f"holdback {self.right_short} short"] * bool(self.right_short)
+        return ", ".join(short)
+
+    def summary(self) -> str:
         reach = f"decoder reach {self.needs_left} left / {self.needs_right} right"
         if self.exact:
             verdict = "stream = offline (context and holdback cover the reach)"
         else:
-            short = [f"left context {self.left_short} short"] * bool(self.left_short)
-            short += [f"holdback {self.right_short} short"] * bool(self.right_short)
-            verdict = f"stream != offline at chunk edges ({', '.join(short)})"
-        text = f"geometry {shape} (first/chunk/left/holdback): {reach}: {verdict}"
+            verdict = f"stream != offline at chunk edges ({self.shortfall})"
+        text = f"geometry {self.shape} (first/chunk/left/holdback): {reach}: {verdict}"
         if self.measured is not None:
             m = self.measured
             if m.snr_db:

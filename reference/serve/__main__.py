@@ -9,6 +9,8 @@ deploy format, as `python -m reference.deploy` takes them). The talker is vLLM's
 the resolved stage 0 (its runner made explicit); the code2wav stage (reference/codec/stage.py)
 runs the codec on stage 1's device, batching the chunks of all streams up to stage 1's
 max_num_seqs, with the resolved geometry and the connector's max_inflight_chunks per stream.
+That geometry also sets what a request without `stream_format` gets (protocol.StreamDefault):
+streamed audio where it stitches exactly, one whole response where it is lossy.
 `--voices DIR` adds a named voice per DIR/NAME.wav (transcript: NAME.txt).
 """
 
@@ -29,10 +31,11 @@ def build_service(args):
     from reference.codec.stage import CodecStage
     from reference.deploy.cli import parse_set
     from reference.deploy.resolve import resolve_deployment
+    from reference.deploy.stream_check import check_stream
     from reference.serve.app import Service
     from reference.serve.audio import Speaker
     from reference.serve.metrics import ServeMetrics
-    from reference.serve.protocol import Limits
+    from reference.serve.protocol import Limits, stream_default
     from reference.serve.voices import load_voices
     from reference.speech import SpeechAPI
     from reference.talker.engine import deployment_engine_kwargs, stage_device, start_async_llm
@@ -54,8 +57,10 @@ def build_service(args):
         max_model_len=int(deployment.engine_kwargs.get("max_model_len") or engine.model_config.max_model_len),
         default_sampling=dict(deployment.default_sampling_params),
         voices=voices,
+        stream_default=stream_default(check_stream(deployment.geometry, codec.cfg)),
         limits=Limits(max_body_bytes=args.max_body_bytes),
     )
+    logging.getLogger("higgs_ref.serve").info("without stream_format: %s", service.stream_default.header)
     return service, engine
 
 

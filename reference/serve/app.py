@@ -22,7 +22,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from reference.serve.audio import Speaker
 from reference.serve.metrics import ServeMetrics
-from reference.serve.protocol import DEFAULT_VOICE, Limits, RequestError, SpeechBody, parse_json, parse_speech
+from reference.serve.protocol import (DEFAULT_VOICE, Limits, RequestError, SpeechBody, StreamDefault, parse_json,
+                                      parse_speech)
 from reference.serve.voices import Voice, decode_ref_audio
 from reference.serve.wav import SAMPLE_RATE, pcm16, wav_file, wav_header
 from reference.speech import SpeechRequest
@@ -40,6 +41,7 @@ class Service:
     max_model_len: int
     default_sampling: dict
     voices: dict[str, Voice]
+    stream_default: StreamDefault  # what a request without stream_format gets (the profile's geometry)
     limits: Limits = field(default_factory=Limits)
     _voice_codes: dict = field(default_factory=dict)
 
@@ -190,7 +192,8 @@ def build_app(service: Service, on_shutdown=None) -> FastAPI:
             await service.api.engine.check_health()
         except Exception as exc:  # the engine is dead: not ready
             return JSONResponse({"status": "unhealthy", "error": str(exc)}, status_code=503)
-        return {"status": "ok", "runner": service.runner, "profile": service.profile}
+        return {"status": "ok", "runner": service.runner, "profile": service.profile,
+                "stream_format_default": service.stream_default.header}
 
     @app.get("/v1/models")
     async def models():
@@ -208,21 +211,23 @@ def build_app(service: Service, on_shutdown=None) -> FastAPI:
         received = time.monotonic()
         raw = await _read_body(request, service.limits.max_body_bytes)
         body = parse_speech(parse_json(raw), model_name=service.model_name, voices=service.voices,
-                            runner=service.runner, limits=service.limits)
+                            runner=service.runner, limits=service.limits, stream_default=service.stream_default)
         speech_request = await service.speech_request(body)
         request_id = f"speech-{uuid.uuid4().hex}"
         media = MEDIA_TYPES[body.response_format]
+        # An answer the server's default chose says so, and why (the profile's geometry).
+        chosen = {} if body.stream_default is None else {"X-Stream-Format-Default": body.stream_default.header}
         if body.stream_format is None:
             pcm = pcm16(await service.speaker.whole(speech_request, request_id))
             metrics.responses.labels("200").inc()
-            return Response(wav_file(pcm) if body.response_format == "wav" else pcm, media_type=media)
+            return Response(wav_file(pcm) if body.response_format == "wav" else pcm, media_type=media, headers=chosen)
         chunks = service.speaker.stream(speech_request, request_id, received)
         metrics.responses.labels("200").inc()
         if body.stream_format == "sse":
             return ClosingStreamingResponse(_sse(chunks, body.response_format), media_type="text/event-stream",
                                             sends_waiting=metrics.sends_waiting)
         return ClosingStreamingResponse(_audio(chunks, body.response_format), media_type=media,
-                                        headers={"X-Sample-Rate": str(SAMPLE_RATE)},
+                                        headers={"X-Sample-Rate": str(SAMPLE_RATE), **chosen},
                                         sends_waiting=metrics.sends_waiting)
 
     return app

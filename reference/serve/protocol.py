@@ -2,9 +2,10 @@
 field at a time so that every error names its field (`RequestError.param`).
 
 OpenAI's fields: `model` (the served name), `input`, `voice`, `response_format` (wav | pcm; the
-compressed formats are refused), `stream_format` (audio | sse; absent: one whole response),
+compressed formats are refused), `stream_format` (audio | sse; absent with `stream`: the server's
+`StreamDefault`),
 `speed` (1.0 only), `instructions` (empty only). The talker's: `ref_audio` (a WAV file, base64),
-`ref_text`, `stream` (true = stream_format audio) and the sampling fields of
+`ref_text`, `stream` (true = stream_format audio, false = one whole response) and the sampling fields of
 reference/deploy/sampling.py (`temperature`, `top_p`, `top_k`, `seed`, `max_tokens` = the length
 limit in codec rows of 40 ms; every other vllm.SamplingParams field only at its neutral value,
 `logprobs` never). Unknown fields are refused, never ignored.
@@ -21,6 +22,7 @@ from typing import Any, Mapping
 
 from reference.deploy.sampling import LOGPROB_FIELDS, NEUTRAL_VALUES, SUPPORTED_FIELDS, SamplingParamsError
 from reference.deploy.sampling import validate_sampling_params
+from reference.deploy.stream_check import StreamCheck
 
 RESPONSE_FORMATS = ("wav", "pcm")
 UNSUPPORTED_FORMATS = ("mp3", "opus", "aac", "flac")  # OpenAI's; no encoder here
@@ -54,11 +56,40 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class StreamDefault:
+    """What a request that names neither `stream_format` nor `stream` gets, and why. OpenAI's
+    endpoint streams then (its `stream_format` defaults to audio), and so do we where the profile's
+    streaming geometry stitches exactly: the stream is the whole response up to float rounding, so
+    nothing is lost. Where the geometry is lossy (upstream's V1 geometry: a holdback short of the
+    decoder's reach) the stream differs from the offline decode at every chunk edge (23.5 dB on
+    the tiny codec), so the default stays the whole response and streaming is asked for by name."""
+
+    stream_format: str | None  # "audio", or None: one whole response
+    reason: str
+
+    @property
+    def header(self) -> str:
+        """The X-Stream-Format-Default header of an answer the default chose (ASCII, one line)."""
+        return f"{self.stream_format or 'whole'}; {self.reason}"
+
+
+def stream_default(check: StreamCheck) -> StreamDefault:
+    """The default for a profile whose geometry (with the served codec's reach) is `check`."""
+    if check.exact:
+        return StreamDefault("audio", f"the streaming geometry {check.shape} (first/chunk/left/holdback frames) "
+                                      "stitches exactly: the stream equals the whole response up to float rounding (one 16-bit step)")
+    return StreamDefault(None, f"the streaming geometry {check.shape} (first/chunk/left/holdback frames) is lossy "
+                               f"({check.shortfall} of the codec decoder's reach): send stream_format audio or sse "
+                               "to stream anyway")
+
+
+@dataclass(frozen=True)
 class SpeechBody:
     text: str
     voice: str
     response_format: str
     stream_format: str | None  # None: one whole response
+    stream_default: StreamDefault | None  # the server's default, where the request named no stream field
     ref_audio: bytes | None  # a WAV file sent in the request
     ref_text: str | None
     sampling: dict[str, Any]  # the request's own sampling fields, checked (defaults not merged)
@@ -119,7 +150,24 @@ def _sampling(body: Mapping, runner: str) -> dict[str, Any]:
     return accepted
 
 
-def parse_speech(body: Mapping, *, model_name: str, voices, runner: str, limits: Limits) -> SpeechBody:
+def _stream_format(body: Mapping, default: StreamDefault) -> tuple[str | None, StreamDefault | None]:
+    """(stream_format, the default where it applied)."""
+    stream_format = _choice(body, "stream_format", None, STREAM_FORMATS)
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise RequestError(400, "stream", f"'stream' must be true or false, got {stream!r}")
+    if stream is False and stream_format is not None:
+        raise RequestError(400, "stream", f"'stream' false asks for one whole response, 'stream_format' "
+                                          f"{stream_format!r} for a stream: send one of them")
+    if stream_format is not None:
+        return stream_format, None
+    if stream is None:
+        return default.stream_format, default
+    return ("audio" if stream else None), None
+
+
+def parse_speech(body: Mapping, *, model_name: str, voices, runner: str, limits: Limits,
+                 stream_default: StreamDefault) -> SpeechBody:
     """Check every field of a decoded JSON body; `voices` holds the known voice names."""
     for name in sorted(body):
         if name not in API_FIELDS and name not in SAMPLING_FIELDS:
@@ -136,12 +184,7 @@ def parse_speech(body: Mapping, *, model_name: str, voices, runner: str, limits:
     response_format = _choice(body, "response_format", "wav", RESPONSE_FORMATS,
                               " (no compressed formats: 16-bit PCM only)" if body.get("response_format") in
                               UNSUPPORTED_FORMATS else "")
-    stream_format = _choice(body, "stream_format", None, STREAM_FORMATS)
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise RequestError(400, "stream", f"'stream' must be true or false, got {stream!r}")
-    if stream and stream_format is None:
-        stream_format = "audio"
+    stream_format, applied = _stream_format(body, stream_default)
     speed = body.get("speed", 1.0)
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or speed != 1.0:
         raise RequestError(400, "speed", f"'speed' {speed!r} is not supported: the talker speaks at 1.0 only")
@@ -153,4 +196,5 @@ def parse_speech(body: Mapping, *, model_name: str, voices, runner: str, limits:
     ref_text = _string(body, "ref_text")
     if ref_text is not None and ref_audio is None and voice == DEFAULT_VOICE:
         raise RequestError(400, "ref_text", "'ref_text' without a reference voice ('ref_audio' or a named voice)")
-    return SpeechBody(text, voice, response_format, stream_format, ref_audio, ref_text, _sampling(body, runner))
+    return SpeechBody(text, voice, response_format, stream_format, applied, ref_audio, ref_text,
+                      _sampling(body, runner))

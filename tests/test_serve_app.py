@@ -1,0 +1,84 @@
+"""The speech app's answer to a request without `stream_format`, on a fake speaker (no engine):
+the server's default picks streamed or whole, and the answer and /health say which and why."""
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from reference.codec.geometry import DEFAULT_GEOMETRY, UPSTREAM_V1
+from reference.deploy.stream_check import check_stream
+from reference.serve.app import Service, build_app
+from reference.serve.metrics import ServeMetrics
+from reference.serve.protocol import stream_default
+from reference.serve.wav import pcm16, wav_file, wav_header
+
+EXACT = stream_default(check_stream(DEFAULT_GEOMETRY))
+LOSSY = stream_default(check_stream(UPSTREAM_V1))
+CHUNKS = [torch.full((960,), 0.25), torch.full((2 * 960,), -0.5)]  # two PCM chunks, 24 kHz float
+
+
+class FakeEngine:
+    async def check_health(self):
+        return None
+
+
+@dataclass
+class FakeSpeaker:
+    """Whole: the chunks joined; streamed: the chunks one by one (what Speaker gives)."""
+    metrics: ServeMetrics
+    api = type("FakeAPI", (), {"engine": FakeEngine()})()
+
+    async def whole(self, request, request_id):
+        return torch.cat(CHUNKS)
+
+    async def stream(self, request, request_id, received):
+        for chunk in CHUNKS:
+            await asyncio.sleep(0)
+            yield chunk
+
+
+class FakeService(Service):
+    async def speech_request(self, body):
+        return body  # the fake speaker reads nothing of it
+
+
+def client(default) -> TestClient:
+    service = FakeService(speaker=FakeSpeaker(ServeMetrics()), model_name="m", runner="v1", profile="default",
+                          max_model_len=1024, default_sampling={}, voices={"default": None}, stream_default=default)
+    return TestClient(build_app(service))
+
+
+BODY = {"model": "m", "input": "Hello."}
+STREAMED_WAV = wav_header(None) + b"".join(pcm16(c) for c in CHUNKS)
+WHOLE_WAV = wav_file(pcm16(torch.cat(CHUNKS)))
+
+
+def test_without_stream_format_an_exact_geometry_streams_and_says_so():
+    with client(EXACT) as c:
+        response = c.post("/v1/audio/speech", json=BODY)
+        assert response.status_code == 200 and response.content == STREAMED_WAV
+        assert response.headers["x-stream-format-default"] == EXACT.header
+        assert response.headers["x-sample-rate"] == "24000" and "content-length" not in response.headers
+        assert c.get("/health").json()["stream_format_default"] == EXACT.header
+
+
+def test_without_stream_format_a_lossy_geometry_answers_whole_and_says_why():
+    with client(LOSSY) as c:
+        response = c.post("/v1/audio/speech", json=BODY)
+        assert response.status_code == 200 and response.content == WHOLE_WAV
+        assert response.headers["x-stream-format-default"] == LOSSY.header
+        assert "lossy" in response.headers["x-stream-format-default"] and "x-sample-rate" not in response.headers
+        assert c.get("/health").json()["stream_format_default"] == LOSSY.header
+
+
+@pytest.mark.parametrize("default", [EXACT, LOSSY], ids=["exact", "lossy"])
+@pytest.mark.parametrize("named, expect", [({"stream": False}, WHOLE_WAV), ({"stream": True}, STREAMED_WAV),
+                                           ({"stream_format": "audio"}, STREAMED_WAV)])
+def test_a_request_that_names_its_answer_gets_it_without_the_default_header(default, named, expect):
+    with client(default) as c:
+        response = c.post("/v1/audio/speech", json={**BODY, **named})
+        assert response.status_code == 200 and response.content == expect
+        assert "x-stream-format-default" not in response.headers
