@@ -17,7 +17,7 @@ from conformance.tools.mutation_run import main, mutations_from_table
 
 PROTOCOL, AUDIO, APP, WAV = ("reference/serve/protocol.py", "reference/serve/audio.py", "reference/serve/app.py",
                              "reference/serve/wav.py")
-V1, STAGE = "reference/talker/runner_v1.py", "reference/codec/stage.py"
+V1, STAGE, MAIN = "reference/talker/runner_v1.py", "reference/codec/stage.py", "reference/serve/__main__.py"
 
 
 def serving(selection: str) -> tuple[str, ...]:
@@ -65,6 +65,10 @@ MUTATIONS = [
      "base64.b64encode(wav_header(None)).decode()", "base64.b64encode(wav_header(None, 22050)).decode()", SSE_WAV),
     ("a streamed answer whose X-Sample-Rate claims 22050", APP,
      "headers={\"X-Sample-Rate\": str(SAMPLE_RATE)}", "headers={\"X-Sample-Rate\": \"22050\"}", HEADERS),
+    ("an engine started with other settings than the profile resolved (max_num_seqs 3): the server must "
+     "refuse to start, since what vLLM built is read back", MAIN,
+     "**deployment_engine_kwargs(deployment))", "**{**deployment_engine_kwargs(deployment), \"max_num_seqs\": 3})",
+     PLAIN),
 ]
 
 

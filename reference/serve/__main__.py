@@ -12,6 +12,7 @@ max_num_seqs, with the resolved geometry and the connector's max_inflight_chunks
 That geometry also sets what a request without `stream_format` gets (protocol.StreamDefault):
 streamed audio where it stitches exactly, one whole response where it is lossy.
 `--voices DIR` adds a named voice per DIR/NAME.wav (transcript: NAME.txt).
+Before serving, what vLLM built is read back and compared with the profile (reference/deploy/readback.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Sequence
 
 
 def build_service(args):
-    """(Service, engine) for the parsed arguments; boots the engine (tens of seconds)."""
+    """(Service, engine, resolved deployment) for the parsed arguments; boots the engine (tens of seconds)."""
     import torch
 
     from reference.codec.model import load_codec
@@ -61,7 +62,17 @@ def build_service(args):
         limits=Limits(max_body_bytes=args.max_body_bytes),
     )
     logging.getLogger("higgs_ref.serve").info("without stream_format: %s", service.stream_default.header)
-    return service, engine
+    return service, engine, deployment
+
+
+async def check_engine_build(engine, deployment) -> None:
+    """Fails the server's start when what vLLM built differs from the resolved profile: every
+    worker reads back its build (reference/deploy/readback.py), BuildMismatch names each key."""
+    from reference.deploy.readback import check_build
+
+    check_build(deployment, await engine.collective_rpc("talker_built_settings"))
+    logging.getLogger("higgs_ref.serve").info("read back what vLLM built: as %s asks on %s",
+                                              deployment.profile, deployment.platform)
 
 
 def parse_args(argv: Sequence[str] | None = None):
@@ -87,11 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper())
     try:
-        service, engine = build_service(args)
+        service, engine, deployment = build_service(args)
     except ValueError as exc:  # an invalid profile, override or platform
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    app = build_app(service, on_shutdown=engine.shutdown)
+    app = build_app(service, on_startup=lambda: check_engine_build(engine, deployment), on_shutdown=engine.shutdown)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
     return 0
 

@@ -161,14 +161,20 @@ def _event(data: dict) -> bytes:
     return f"data: {json.dumps(data)}\n\n".encode()
 
 
-def build_app(service: Service, on_shutdown=None) -> FastAPI:
+def build_app(service: Service, on_startup=None, on_shutdown=None) -> FastAPI:
+    """The app; `on_startup` (awaited before the first request: raising fails the start) and
+    `on_shutdown` (called when the server stops, also after a failed start)."""
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
     async def lifespan(app):
-        yield
-        if on_shutdown is not None:
-            on_shutdown()
+        try:
+            if on_startup is not None:
+                await on_startup()
+            yield
+        finally:
+            if on_shutdown is not None:
+                on_shutdown()
 
     app = FastAPI(title="Higgs Audio v3 reference speech server", lifespan=lifespan)
     metrics = service.metrics
