@@ -61,15 +61,25 @@ def requests(count: int, steps: int):
             for i in range(count)]
 
 
-def micro(device: str, sizes: list[int], iters: int) -> list[dict]:
-    """talker_step alone on random logits: host time per call (launches) and device time."""
+def micro(device: str, sizes: list[int], iters: int, hidden_size: int = 2560) -> list[dict]:
+    """The talker's own per-step work alone, on random inputs: the audio head (model.audio_logits,
+    float32 as in the engine) then talker_step. Per batch: host time per call (launches), wall
+    time, and on CUDA the device time of the same work replayed from one CUDA graph (what it costs
+    the GPU without the launches), from CUDA events."""
+    from types import SimpleNamespace
+
     from reference.codebooks import CODEBOOK_VOCAB, NUM_CODEBOOKS
+    from reference.talker.model import HiggsMultimodalQwen3ForConditionalGeneration as Talker
     from reference.talker.step import talker_step
 
+    weight = torch.randn(NUM_CODEBOOKS * CODEBOOK_VOCAB, hidden_size, device=device, dtype=torch.bfloat16)
+    head = SimpleNamespace(audio_head=SimpleNamespace(weight=weight), tp_size=1)
+    cuda = device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     rows = []
     for b in sizes:
-        args = (
-            torch.randn(b, NUM_CODEBOOKS, CODEBOOK_VOCAB, device=device),
+        hidden = torch.randn(b, hidden_size, device=device, dtype=torch.bfloat16)
+        state = (
             torch.randint(0, 1024, (b, NUM_CODEBOOKS), device=device),
             torch.full((b,), 20, device=device),
             torch.full((b,), SAMPLING["temperature"], device=device),
@@ -77,18 +87,38 @@ def micro(device: str, sizes: list[int], iters: int) -> list[dict]:
             torch.full((b,), SAMPLING["top_p"], device=device),
             torch.arange(b, device=device),
         )
+
+        def work():
+            return talker_step(Talker.audio_logits(head, hidden), *state)
+
         for _ in range(5):
-            talker_step(*args)
-        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+            work()
         sync()
         start = time.perf_counter()
         for _ in range(iters):
-            talker_step(*args)
+            work()
         host = (time.perf_counter() - start) / iters
         sync()
-        total = (time.perf_counter() - start) / iters
-        rows.append({"batch": b, "host_ms": 1000 * host, "wall_ms": 1000 * total})
-        print(f"micro talker_step B={b}: host {1000 * host:.3f} ms/call, wall {1000 * total:.3f} ms/call", flush=True)
+        row = {"batch": b, "host_ms": 1000 * host, "wall_ms": 1000 * (time.perf_counter() - start) / iters}
+        if cuda:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                work()  # warm-up on the capturing stream
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                work()
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            for _ in range(iters):
+                graph.replay()
+            end.record()
+            sync()
+            row["device_ms"] = begin.elapsed_time(end) / iters
+        rows.append(row)
+        print("micro audio head + talker_step B={batch}: host {host_ms:.3f} ms/call, wall {wall_ms:.3f} ms/call".format(**row)
+              + (f", device {row['device_ms']:.3f} ms/call (CUDA graph)" if cuda else ""), flush=True)
     return rows
 
 
@@ -101,13 +131,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200, help="decode steps timed per level")
     parser.add_argument("--profile-steps", type=int, default=30)
     parser.add_argument("--micro", action="store_true")
+    parser.add_argument("--micro-only", action="store_true", help="the microbenchmark alone, no engine")
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     results: dict = {"runner": args.runner, "profile": args.profile, "size": args.size}
-    if args.micro:
+    if args.micro or args.micro_only:
         results["micro"] = micro(device, [1, 16, 64], 200)
+    if args.micro_only:
+        (args.out_dir / "micro.json").write_text(json.dumps(results["micro"], indent=1))
+        return
 
     from higgs_dummy.cache import cached_checkpoint
     from reference.deploy.resolve import resolve_deployment
