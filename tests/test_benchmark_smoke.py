@@ -1,6 +1,7 @@
 """The benchmark's CPU smoke (`python -m benchmarks --cpu-smoke`) as CI runs it: a subprocess with a
-time limit, the tiny checkpoint, Model Runner V1, talker and bare Qwen3. Checks the shape of the
-JSON and that the PNG is one; nothing about speed (a benchmark is not a test)."""
+time limit, the tiny checkpoint, Model Runner V1, talker and bare Qwen3, three rounds. Checks the
+shape of the JSON (TTFA's split adding up, each figure's range over the rounds) and that the PNG is
+one; nothing about speed (a benchmark is not a test)."""
 
 from __future__ import annotations
 
