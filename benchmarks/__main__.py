@@ -24,16 +24,18 @@ from dataclasses import asdict
 from pathlib import Path
 
 # "gpu": the whole comparison within 9 minutes (a device command may run 10): talker and bare
-# under V2 (default), then under V1 (high_throughput), then V2 low latency, end to end; one round
-# per level and 128 timed steps. On two GPUs everything fits (about 8 minutes with a fresh 4b
-# checkpoint); on one, --budget skips what does not fit, last first.
+# under V2 (default), then under V1 (high_throughput), then V2 low latency, end to end; three
+# rounds per level and three timed pairs of 128 steps. On two GPUs everything fitted with one
+# round and one pair (about 8 minutes with a fresh 4b checkpoint); on one, --budget skips what
+# does not fit, last first.
 PRESETS = {
-    "gpu": dict(size="4b", profiles=["default", "high_throughput", "low_latency_v2"], rounds=1,
+    "gpu": dict(size="4b", profiles=["default", "high_throughput", "low_latency_v2"],
                 e2e_concurrency=[1, 4, 16], engine_concurrency=[1, 16, 64], engine_steps=[16, 144],
                 budget=540.0, phase_timeout=300.0),
     # "cpu-smoke": every code path on the tiny checkpoint, V1 only (Model Runner V2 needs Triton,
-    # which has no CPU backend here), talker then bare, a few steps; its figures mean nothing.
-    "cpu-smoke": dict(size="tiny", profiles=["high_throughput"], rounds=1, max_tokens=24,
+    # which has no CPU backend here), talker then bare, a few steps, three rounds (the spread's
+    # code path); its figures mean nothing.
+    "cpu-smoke": dict(size="tiny", profiles=["high_throughput"], max_tokens=24,
                       e2e_concurrency=[1, 2], engine_concurrency=[1, 2], engine_steps=[8, 24], phase_timeout=240.0),
 }
 ROOT = Path(__file__).resolve().parent
@@ -54,15 +56,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--e2e-concurrency", nargs="+", type=int, default=[1, 4, 16])
     parser.add_argument("--engine-concurrency", nargs="+", type=int, default=[1, 16, 64])
     parser.add_argument("--sampling", nargs="+", choices=["greedy", "default"], default=["greedy", "default"])
-    parser.add_argument("--rounds", type=int, default=2, help="end to end: batches of c streams per level")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="end to end: batches of c streams per level (each figure: the rounds' median and range)")
     parser.add_argument("--max-tokens", type=int, default=257, help="end to end: rows per stream (257: 10 s)")
     parser.add_argument("--engine-steps", nargs=2, type=int, default=[32, 288], metavar=("SHORT", "LONG"),
                         help="engine only: ms/step = wall time difference / (LONG - SHORT)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a deploy-file override for every phase, as python -m reference.deploy --set")
-    parser.add_argument("--engine-repeats", type=int, default=1,
-                        help="engine only: timed SHORT/LONG pairs per level (ms/step: their median; the spread "
-                             "gives the upgrade gate its tolerance, conformance/tools/gate_speed.py)")
+    parser.add_argument("--engine-repeats", type=int, default=3,
+                        help="engine only: timed SHORT/LONG pairs per level (ms/step: their median and range; the "
+                             "spread gives the upgrade gate its tolerance, conformance/tools/gate_speed.py)")
     parser.add_argument("--phase-timeout", type=float, default=420.0, help="seconds per phase (boot included)")
     parser.add_argument("--budget", type=float, help="seconds for the whole run; later phases are skipped")
     parser.add_argument("--gpus", nargs="+", help="GPU ids to use, one phase at a time on each (default: all)")

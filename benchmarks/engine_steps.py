@@ -31,6 +31,8 @@ from reference.speech import SpeechAPI
 from reference.talker import code_channel, prompts
 from reference.talker.special_tokens import load_tokenizer, special_ids
 
+from benchmarks.spread import spread
+
 TEXT = "Model Runner V2 keeps the talker state on the device and streams audio in codec windows."
 # (request index, steps, sampling values) -> (prompt, SamplingParams)
 RequestMaker = Callable[[int, int, dict], tuple]
@@ -80,7 +82,8 @@ async def _batch(engine, make: RequestMaker, concurrency: int, steps: int, sampl
 async def ms_per_step(engine, make: RequestMaker, sampling_name: str, sampling: dict,
                       concurrency: int, steps: tuple[int, int], repeats: int = 1) -> dict:
     """ms per decode step from the wall time difference of SHORT and LONG steps, `repeats` times
-    (after one warm-up): the median, and each sample (the upgrade gate's tolerance is their spread)."""
+    (after one warm-up): the median, the spread (spread.py) and each sample (the upgrade gate's
+    tolerance is their spread)."""
     short, long = steps
     await _batch(engine, make, concurrency, short, sampling)  # warm-up
     samples, walls = [], []
@@ -94,6 +97,7 @@ async def ms_per_step(engine, make: RequestMaker, sampling_name: str, sampling: 
         "concurrency": concurrency,
         "ms_per_step": statistics.median(samples),
         "ms_per_step_samples": samples,
+        "spread": {"ms_per_step": spread(samples)},
         "steps": [short, long],
         "wall_s": walls[0] if len(walls) == 1 else walls,
     }

@@ -60,6 +60,7 @@ async def measure_phase(phase: Phase, settings: Settings, checkpoint: str, send)
     import vllm
 
     from benchmarks import engine_steps, streams
+    from benchmarks.admission import AdmissionTimes
     from benchmarks.bare_qwen3 import bare_engine_kwargs, bare_requests, start_bare_async_llm
     from reference.codec.model import load_codec
     from reference.codec.stage import CodecStage
@@ -75,7 +76,8 @@ async def measure_phase(phase: Phase, settings: Settings, checkpoint: str, send)
             kwargs = deployment_engine_kwargs(deployment)
             engine = start_async_llm(checkpoint, deployment.runner, **kwargs)
             codec = load_codec(checkpoint, device=stage_device(deployment, deployment.codec_stage))
-            api = SpeechAPI(engine, checkpoint, deployment.runner, stage=CodecStage.from_deployment(deployment, codec))
+            api = SpeechAPI(AdmissionTimes(engine), checkpoint, deployment.runner,
+                            stage=CodecStage.from_deployment(deployment, codec))
             make = engine_steps.talker_requests(api)
         else:
             kwargs = bare_engine_kwargs(deployment)
@@ -96,8 +98,8 @@ async def measure_phase(phase: Phase, settings: Settings, checkpoint: str, send)
                 for c in phase.e2e_levels:
                     result = await streams.level(api, c, settings.rounds, settings.max_tokens)
                     send("e2e", result)
-                    send("progress", f"e2e c={c} done: TTFA {result['ttfa_ms_median']:.0f} ms (first rows "
-                                     f"{result['first_rows_ms_median']:.0f}, window in {result['window_ms_median']:.0f}), "
+                    split = ", ".join(f"{part} {ms:.0f}" for part, ms in result["split_ms"].items())
+                    send("progress", f"e2e c={c} done: TTFA {result['ttfa_ms_median']:.0f} ms ({split}), "
                                      f"RTF {result['rtf_median']:.3f}, {result['audio_s_per_s']:.1f} audio s/s")
             for sampling, c in phase.engine_levels:
                 result = await engine_steps.ms_per_step(engine, make, sampling, SAMPLINGS[sampling], c,

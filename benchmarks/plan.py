@@ -42,10 +42,10 @@ class Settings:
     e2e_levels: list[int] = field(default_factory=lambda: [1, 4, 16])
     engine_levels: list[int] = field(default_factory=lambda: [1, 16, 64])
     samplings: list[str] = field(default_factory=lambda: ["greedy", "default"])
-    rounds: int = 2  # end-to-end: batches of c streams per level
+    rounds: int = 3  # end-to-end: batches of c streams per level (each figure: median and spread of the rounds)
     max_tokens: int = 257  # end-to-end: rows per stream (250 frames = 10 s of audio)
     engine_steps: tuple[int, int] = (32, 288)  # engine only: the two lengths whose difference is timed
-    engine_repeats: int = 1  # engine only: timed (SHORT, LONG) pairs per level; ms/step is their median
+    engine_repeats: int = 3  # engine only: timed (SHORT, LONG) pairs per level; ms/step is their median
     overrides: dict = field(default_factory=dict)  # --set KEY=VALUE, for every phase
     phase_timeout: float = 420.0
     budget: float | None = None  # seconds for the whole run; phases that do not fit are skipped

@@ -1,5 +1,7 @@
-"""The PNG of a run: TTFA, RTF and audio s/s per concurrency for every end-to-end profile, with the
-backbone bound as dashed lines, and the engine-only talker/bare step ratios as bars.
+"""The PNG of a run: TTFA, RTF and audio s/s per concurrency for every end-to-end profile (medians
+over the rounds, their min-max shaded), with the backbone bound as dashed lines; TTFA's split in
+four as stacked bars per profile and concurrency (spread.py: the parts of the median TTFA, its
+min-max as the error bar); and the engine-only talker/bare step ratios as bars.
 
     python -m benchmarks.plot RESULTS.json [OUT.png]     (again from a run's JSON)
 """
@@ -7,8 +9,11 @@ backbone bound as dashed lines, and the engine-only talker/bare step ratios as b
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
+
+from benchmarks.spread import SPLIT
 
 
 def plot(results: dict, path: str | Path) -> None:
@@ -18,30 +23,41 @@ def plot(results: dict, path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     modes = results["settings"]["modes"]
-    panels = (["ttfa", "rtf", "throughput"] if "e2e" in modes else []) + (["ratio"] if "engine" in modes else [])
-    rows = 2 if len(panels) == 4 else 1
-    cols = len(panels) // rows
+    panels = ((["ttfa", "rtf", "throughput", "split"] if "e2e" in modes else [])
+              + (["ratio"] if "engine" in modes else []))
+    rows = 1 if len(panels) <= 3 else 2
+    cols = math.ceil(len(panels) / rows)
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4.4 * rows), squeeze=False)
     ax = dict(zip(panels, axes.flat))
+    for unused in axes.flat[len(panels):]:
+        unused.axis("off")
     talkers = [r for r in results["phases"] if r["kind"] == "talker" and r["e2e"]]
     levels_run = sorted({lvl["concurrency"] for r in talkers for lvl in r["e2e"]})
     for r in talkers:
         levels = r["e2e"]
         cs = [lvl["concurrency"] for lvl in levels]
         label = f"{r['profile']} ({r['runner'].upper()})"
-        line, = ax["ttfa"].plot(cs, [lvl["ttfa_ms_median"] for lvl in levels], marker="o", label=label)
-        ax["rtf"].plot(cs, [lvl["rtf_median"] for lvl in levels], marker="o", color=line.get_color(), label=label)
-        ax["throughput"].plot(cs, [lvl["audio_s_per_s"] for lvl in levels], marker="o", color=line.get_color(), label=label)
+        color = None
+        for name, median, spread in (("ttfa", "ttfa_ms_median", "ttfa_ms"), ("rtf", "rtf_median", "rtf"),
+                                     ("throughput", "audio_s_per_s", "audio_s_per_s")):
+            line, = ax[name].plot(cs, [lvl[median] for lvl in levels], marker="o", color=color, label=label)
+            color = line.get_color()
+            if all("spread" in lvl for lvl in levels):  # runs before the spread was recorded have none
+                ranges = [lvl["spread"][spread] for lvl in levels]
+                ax[name].fill_between(cs, [lo for lo, _ in ranges], [hi for _, hi in ranges], color=color, alpha=0.15)
     if "throughput" in ax:
         for style, profile in zip(("--", ":", "-."), dict.fromkeys(b["profile"] for b in results["backbone_bound"])):
             bound = [b for b in results["backbone_bound"] if b["profile"] == profile]
             ax["throughput"].plot([b["concurrency"] for b in bound], [b["audio_s_per_s"] for b in bound],
                                   linestyle=style, color="gray",
                                   label=f"backbone bound: bare Qwen3, {profile} ({bound[0]['runner'].upper()})")
-    for name, title, unit in (("ttfa", "time to first audio", "ms (median)"), ("rtf", "real-time factor", "median"),
-                              ("throughput", "audio seconds per second", "all streams")):
+    for name, title, unit in (("ttfa", "time to first audio", "ms (median, shaded: min-max)"),
+                              ("rtf", "real-time factor", "median (shaded: min-max)"),
+                              ("throughput", "audio seconds per second", "all streams (median, shaded: min-max)")):
         if name in ax:
             _concurrency_axis(ax[name], title, unit, levels_run)
+    if "split" in ax:
+        _split_bars(ax["split"], talkers)
     if "ratio" in ax:
         _ratio_bars(ax["ratio"], results["ratios"])
     fig.suptitle(f"Higgs Audio v3 talker: {results['device']}, vLLM {results['vllm_version']}, "
@@ -64,6 +80,33 @@ def _concurrency_axis(ax, title: str, unit: str, levels: list[int]) -> None:
         ax.legend(fontsize=7)
     else:
         ax.text(0.5, 0.5, "no data: see the phases' status", ha="center", transform=ax.transAxes)
+
+
+def _split_bars(ax, talkers: list[dict]) -> None:
+    """One stacked bar per (profile, concurrency): the four parts of its median TTFA."""
+    ax.set_title("TTFA split: the median's four parts", fontsize=10)
+    bars = [(r, lvl) for r in talkers for lvl in r["e2e"] if "split_ms" in lvl]
+    xs = range(len(bars))
+    bottom = [0.0] * len(bars)
+    for part in SPLIT:
+        heights = [lvl["split_ms"][part] for _, lvl in bars]
+        ax.bar(xs, heights, 0.7, bottom=bottom, label=part.replace("_", " "))
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    if bars:
+        ttfa = [lvl["ttfa_ms_median"] for _, lvl in bars]
+        ranges = [lvl["spread"]["ttfa_ms"] for _, lvl in bars]
+        below_above = [[t - lo for t, (lo, _) in zip(ttfa, ranges)], [hi - t for t, (_, hi) in zip(ttfa, ranges)]]
+        ax.errorbar(xs, ttfa, yerr=below_above,
+                    fmt="none", ecolor="black", capsize=3, linewidth=0.8, label="TTFA min-max")
+        handles, labels = ax.get_legend_handles_labels()
+        ax.legend(handles[::-1], labels[::-1], fontsize=7)  # top to bottom, as the parts stack
+    else:
+        ax.text(0.5, 0.5, "no split: no end-to-end level finished, or a run from before the split",
+                ha="center", transform=ax.transAxes)
+    ax.set_xticks(list(xs), [f"{r['profile']} ({r['runner'].upper()}) c={lvl['concurrency']}" for r, lvl in bars],
+                  fontsize=6, rotation=30, ha="right")
+    ax.set_ylabel("ms")
+    ax.grid(alpha=0.3, axis="y")
 
 
 def _ratio_bars(ax, ratios: list[dict]) -> None:

@@ -6,13 +6,18 @@ it ships), greedy, on the no_eoc checkpoint, so every stream makes exactly `max_
 - TTFA: request submitted -> first PCM chunk out (the profile's geometry: an 8-frame window plus
   holdback under the V2 default, one frame plus holdback under the V1 profiles);
 - RTF: a stream's wall time / its audio duration;
-- audio s/s: all audio seconds produced at the level / the level's wall time.
-Medians over the streams of a level. The chunks come from the engine's code2wav stage
+- audio s/s: all audio seconds produced in a round / the round's wall time.
+A round's TTFA and RTF are medians over its streams; the level reports the median of its rounds
+and their spread (spread.py). The chunks come from the engine's code2wav stage
 (reference/codec/stage.py, built from the profile); each level reports the stage's batch sizes.
-TTFA is split where the talker hands over: the first audio rows out of the engine (prefill and
-the first step), and the frames of the first codec window with its holdback all arrived; the rest
-of TTFA is the code2wav stage and the streaming path. The stream is `stream_audio`'s own
-composition (the stage over `stream_frames`), with a pass-through that notes those two times.
+
+TTFA is split in four (spread.SPLIT): the engine core admits the request (vLLM's own scheduling
+instant: admission.py, so the speech API's engine must be an `AdmissionTimes`), the first audio
+rows reach the speech API (prefill and the first steps), the frames of the first codec window
+with its holdback are all in, and the first PCM chunk is out (the code2wav stage and the streaming
+path). The stream is `stream_audio`'s own composition (the stage over `stream_frames`), with a
+pass-through that notes the two arrivals. Every instant is `time.monotonic()`, the engine core's
+clock.
 """
 
 from __future__ import annotations
@@ -25,62 +30,55 @@ import uuid
 from reference.speech import SpeechAPI, SpeechRequest
 
 from benchmarks.engine_steps import TEXT
+from benchmarks.spread import level_figures, round_figures, split_of
 
 
-async def _noting_arrivals(frames, window: int, start: float, marks: dict):
+async def _noting_arrivals(frames, window: int, marks: dict):
     """Passes real frames [8, n] through; notes the first arrival and when `window` frames were in."""
     arrived = 0
     try:
         async for new in frames:
             arrived += new.shape[1]
-            marks.setdefault("first_rows_s", time.perf_counter() - start)
+            marks.setdefault("first_rows", time.monotonic())
             if arrived >= window:
-                marks.setdefault("window_s", time.perf_counter() - start)
+                marks.setdefault("window_in", time.monotonic())
             yield new
     finally:
         await frames.aclose()  # aborts the request if the stream stopped early
 
 
 async def _one(api: SpeechAPI, max_tokens: int) -> dict:
-    start = time.perf_counter()
-    first, samples, marks = None, 0, {}
+    start = time.monotonic()
+    first, samples, marks, request_id = None, 0, {}, uuid.uuid4().hex
     request = SpeechRequest(TEXT, sampling={"temperature": 0.0, "max_tokens": max_tokens})
     geometry = api.stage.geometry
-    frames = _noting_arrivals(api.stream_frames(request, uuid.uuid4().hex),
-                              geometry.first_chunk_frames + geometry.right_holdback_frames, start, marks)
+    frames = _noting_arrivals(api.stream_frames(request, request_id),
+                              geometry.first_chunk_frames + geometry.right_holdback_frames, marks)
     async for chunk in api.stage.stream(frames):
         if first is None:
-            first = time.perf_counter() - start
+            first = time.monotonic()
         samples += chunk.numel()
-    wall = time.perf_counter() - start
+    wall = time.monotonic() - start
     audio = samples / api.stage.codec.sample_rate
-    window = marks.get("window_s", first)  # a stream shorter than the first window: its first chunk
-    return {"ttfa_s": first, "wall_s": wall, "audio_s": audio, "rtf": wall / audio,
-            "first_rows_s": marks.get("first_rows_s"), "window_s": window}
+    window_in = marks.get("window_in", first)  # a stream shorter than the first window: its first chunk
+    admitted = api.engine.scheduled.pop(request_id)
+    return {"ttfa_s": first - start, "wall_s": wall, "audio_s": audio, "rtf": wall / audio,
+            "split_s": split_of(start, admitted, marks["first_rows"], window_in, first)}
 
 
 async def level(api: SpeechAPI, concurrency: int, rounds: int, max_tokens: int) -> dict:
-    per_stream, audio_total, wall_total, per_round = [], 0.0, 0.0, []
+    per_round, audio = [], []
     api.stage.record.batches.clear()
     for _ in range(rounds):
-        start = time.perf_counter()
+        start = time.monotonic()
         results = await asyncio.gather(*[_one(api, max_tokens) for _ in range(concurrency)])
-        wall = time.perf_counter() - start
-        wall_total += wall
-        audio_total += sum(r["audio_s"] for r in results)
-        per_stream += results
-        per_round.append({"ttfa_ms_median": 1000 * statistics.median(r["ttfa_s"] for r in results),
-                          "audio_s_per_s": sum(r["audio_s"] for r in results) / wall})
+        per_round.append(round_figures(results, time.monotonic() - start))
+        audio += [r["audio_s"] for r in results]
     return {
         "concurrency": concurrency,
-        "streams": len(per_stream),
-        "ttfa_ms_median": 1000 * statistics.median(r["ttfa_s"] for r in per_stream),
-        # TTFA's parts: the engine's first audio rows, and the first codec window's frames all in
-        "first_rows_ms_median": 1000 * statistics.median(r["first_rows_s"] for r in per_stream),
-        "window_ms_median": 1000 * statistics.median(r["window_s"] for r in per_stream),
-        "rtf_median": statistics.median(r["rtf"] for r in per_stream),
-        "audio_s_per_s": audio_total / wall_total,
-        "audio_s_per_stream": statistics.median(r["audio_s"] for r in per_stream),
+        "streams": len(audio),
+        **level_figures(per_round),  # medians over the rounds, "split_ms", "spread"
+        "audio_s_per_stream": statistics.median(audio),
         "codec_batches": dict(sorted(api.stage.record.batches.items())),  # batch size -> decodes
-        "rounds": per_round,  # each round's TTFA median and audio s/s: the gate's tolerance is their spread
+        "rounds": per_round,  # each round's figures (the upgrade gate's tolerance is their spread)
     }

@@ -1,6 +1,7 @@
 """The benchmark's CPU smoke (`python -m benchmarks --cpu-smoke`) as CI runs it: a subprocess with a
-time limit, the tiny checkpoint, Model Runner V1, talker and bare Qwen3. Checks the shape of the
-JSON and that the PNG is one; nothing about speed (a benchmark is not a test)."""
+time limit, the tiny checkpoint, Model Runner V1, talker and bare Qwen3, three rounds. Checks the
+shape of the JSON (TTFA's split adding up, each figure's range over the rounds) and that the PNG is
+one; nothing about speed (a benchmark is not a test)."""
 
 from __future__ import annotations
 
@@ -43,9 +44,7 @@ def test_the_json_holds_every_figure(smoke):
     assert talker["runner"] == bare["runner"] == "v1"
     assert talker["engine_kwargs"]["max_num_seqs"] == bare["engine_kwargs"]["max_num_seqs"]
     assert [lvl["concurrency"] for lvl in talker["e2e"]] == [1, 2]
-    assert set(talker["e2e"][0]) >= {"ttfa_ms_median", "rtf_median", "audio_s_per_s"}
-    for lvl in talker["e2e"]:  # TTFA's parts come in order: rows, the first window's frames, audio
-        assert 0 < lvl["first_rows_ms_median"] <= lvl["window_ms_median"] <= lvl["ttfa_ms_median"], lvl
+    assert set(talker["e2e"][0]) >= {"ttfa_ms_median", "rtf_median", "audio_s_per_s", "split_ms", "spread"}
     levels = [(lvl["sampling"], lvl["concurrency"]) for lvl in talker["engine"]]
     assert levels == [("greedy", 1), ("greedy", 2), ("default", 1), ("default", 2)]
     assert [(lvl["sampling"], lvl["concurrency"]) for lvl in bare["engine"]] == levels
@@ -53,6 +52,36 @@ def test_the_json_holds_every_figure(smoke):
     assert all(r["ratio"] > 0 for r in results["ratios"])
     assert [b["concurrency"] for b in results["backbone_bound"]] == [1, 2]
     assert results["checkpoint"]["frame_s"] == pytest.approx(0.04)
+
+
+def test_ttfa_splits_in_four_parts_that_add_up(smoke):
+    _, out = smoke
+    results = json.loads((out / "speed.json").read_text())
+    assert results["settings"]["rounds"] == 3
+    for lvl in results["phases"][0]["e2e"]:
+        for figures in (lvl, *lvl["rounds"]):  # the level's median and each round's
+            split = figures["split_ms"]
+            assert list(split) == ["admission", "first_rows", "first_window", "first_pcm"]
+            assert all(ms >= 0 for ms in split.values()), split
+            assert split["admission"] > 0 and split["first_rows"] > 0, "the engine admits, then makes rows"
+            assert sum(split.values()) == pytest.approx(figures["ttfa_ms_median"], abs=1e-6)
+
+
+def test_every_figure_has_its_range_over_three_rounds(smoke):
+    _, out = smoke
+    results = json.loads((out / "speed.json").read_text())
+    talker, bare = results["phases"]
+    for lvl in talker["e2e"]:
+        assert len(lvl["rounds"]) == 3 and lvl["streams"] == 3 * lvl["concurrency"]
+        spread = lvl["spread"]
+        for key, median in (("ttfa_ms", "ttfa_ms_median"), ("rtf", "rtf_median"), ("audio_s_per_s", "audio_s_per_s")):
+            assert spread[key] == [min(r[median] for r in lvl["rounds"]), max(r[median] for r in lvl["rounds"])]
+            assert spread[key][0] <= lvl[median] <= spread[key][1], (key, lvl)
+        for part, (low, high) in spread["split_ms"].items():
+            assert 0 <= low <= high and low <= lvl["split_ms"][part] <= high, (part, lvl)
+    for lvl in talker["engine"] + bare["engine"]:
+        assert len(lvl["ms_per_step_samples"]) == 3
+        assert lvl["spread"]["ms_per_step"] == [min(lvl["ms_per_step_samples"]), max(lvl["ms_per_step_samples"])]
 
 
 def test_the_plot_is_a_png(smoke):
