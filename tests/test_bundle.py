@@ -2,6 +2,10 @@
 platform tags, parts and their checksums, and the install's refusal of a missing or damaged part."""
 
 import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -50,5 +54,112 @@ def test_parts_are_at_most_the_part_size_and_rejoin_into_the_wheels(tmp_path):
 
 def test_a_build_names_what_it_bundles(tmp_path):
     (tmp_path / "host.txt").write_text("numpy==2.5.2\n")
-    with pytest.raises(SystemExit, match="name --vllm X, --with REQ"):
+    with pytest.raises(SystemExit, match="name --vllm X, --with REQ..., --add, --deb"):
         bundle.main(["build", "--host", str(tmp_path / "host.txt"), str(tmp_path / "out")])
+
+
+def test_a_bundles_manifest_shadows_the_host_list_as_on_pythonpath(tmp_path):
+    (tmp_path / "host.txt").write_text("numpy==2.5.2\nscipy==1.18.1\n")
+    (tmp_path / "MANIFEST.json").write_text(json.dumps({"wheels": {
+        "numpy-2.3.5-cp312-cp312-manylinux_2_27_x86_64.whl": 1, "vllm-0.33.0-cp38-abi3-manylinux_2_31_x86_64.whl": 2}}))
+    have = bundle.read_hosts([tmp_path / "host.txt", tmp_path / "MANIFEST.json"])
+    assert have == {"numpy": "2.3.5", "scipy": "1.18.1", "vllm": "0.33.0"}
+
+
+def test_prefer_host_keeps_the_hosts_versions_and_pins_the_rest():
+    have = {"scipy": "1.18.1", "numpy": "2.3.5", "librosa": "0.11.0"}
+    requirements, constraints, notes = bundle.prefer_host(["jiwer==4.0.0", "scipy==1.17.1", "librosa==0.11.0"], have)
+    assert requirements == ["jiwer==4.0.0", "scipy==1.18.1", "librosa==0.11.0"]
+    assert constraints == {"numpy": "2.3.5"}  # the requirements' own names are not constrained twice
+    assert notes == ["scipy==1.17.1: the host's 1.18.1 kept"]
+
+
+def test_quality_debs_carry_espeak_ng_and_leave_glibc_to_the_host():
+    assert {"espeak-ng", "espeak-ng-data", "libespeak-ng1", "libpcaudio0", "libsonic0"} <= set(bundle.QUALITY_DEBS)
+    assert not {"libc6", "libc-bin", "libgcc-s1"} & set(bundle.QUALITY_DEBS)
+
+
+def fake_deb(path, files: dict[str, bytes], compression: str = "xz"):
+    """A Debian package as dpkg-deb writes one: an ar archive of debian-binary, control and data."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode=f"w:{compression}") as tar:
+        for name, body in files.items():
+            info = tarfile.TarInfo(f"./{name}")
+            info.size, info.mode = len(body), 0o755
+            tar.addfile(info, io.BytesIO(body))
+        link = tarfile.TarInfo("./usr/lib/x86_64-linux-gnu/libfake.so.1")
+        link.type, link.linkname = tarfile.SYMTYPE, "libfake.so.1.0"
+        tar.addfile(link)
+    members = [("debian-binary", b"2.0\n"), ("control.tar.xz", b"x" * 3), (f"data.tar.{compression}", data.getvalue())]
+    out = b"!<arch>\n"
+    for name, body in members:
+        out += f"{name:<16}{0:<12}{0:<6}{0:<6}{'100644':<8}{len(body):<10}`\n".encode() + body + b"\n" * (len(body) % 2)
+    path.write_bytes(out)
+    return path
+
+
+def test_a_deb_unpacks_into_its_root_as_dpkg_x_does(tmp_path):
+    deb = fake_deb(tmp_path / "fake_1.0_amd64.deb", {"usr/bin/espeak-ng": b"#!/bin/sh\n",
+                                                     "usr/lib/x86_64-linux-gnu/libfake.so.1.0": b"elf"})
+    names = bundle.extract_deb(deb, tmp_path / "root")
+    assert "./usr/bin/espeak-ng" in names
+    assert (tmp_path / "root/usr/bin/espeak-ng").read_bytes() == b"#!/bin/sh\n"
+    assert (tmp_path / "root/usr/lib/x86_64-linux-gnu/libfake.so.1").resolve().name == "libfake.so.1.0"
+    (tmp_path / "not.deb").write_bytes(b"PK\x03\x04")
+    with pytest.raises(SystemExit, match="not.deb is not a Debian package"):
+        bundle.extract_deb(tmp_path / "not.deb", tmp_path / "root")
+
+
+def test_a_bundle_of_debs_alone_installs_into_the_targets_debroot(tmp_path, capsys):
+    debs = tmp_path / "deb"
+    debs.mkdir()
+    fake_deb(debs / "espeak-ng_1.51_amd64.deb", {"usr/bin/espeak-ng": b"#!/bin/sh\n"}, compression="gz")
+    fake_deb(debs / "espeak-ng-data_1.51_amd64.deb", {"usr/lib/x86_64-linux-gnu/espeak-ng-data/phontab": b"p"})
+    stage = tmp_path / "stage"
+    parts = bundle.write_parts(tmp_path / "no-wheels", stage, part_bytes=4096, debs=debs)
+    assert parts and bundle.verify(stage) == parts
+    target = bundle.install(stage, tmp_path / "quality")
+    assert target == tmp_path / "quality"
+    assert (target / "debroot/usr/bin/espeak-ng").exists()
+    assert (target / "debroot/usr/lib/x86_64-linux-gnu/espeak-ng-data/phontab").read_bytes() == b"p"
+    assert f"export HIGGS_ESPEAK_NG_ROOT={target / 'debroot'}" in capsys.readouterr().out
+    assert not (stage / "unpacked").exists()
+
+
+def test_a_quality_build_beside_a_vllm_bundle_carries_only_what_neither_has(tmp_path, monkeypatch):
+    """`build --with ... --add ... --deb ... --prefer-host --host host.txt --host MANIFEST.json`,
+    the registry and apt replaced by stand-ins."""
+    (tmp_path / "host.txt").write_text("scipy==1.18.1\nnumpy==2.5.2\n")
+    (tmp_path / "MANIFEST.json").write_text(json.dumps({"wheels": {"numpy-2.3.5-cp312-cp312-x.whl": 1}}))
+    asked = {}
+
+    def resolve(requirements, python, glibc, constraints=None):
+        asked.update(requirements=requirements, constraints=constraints)
+        return [("jiwer", "4.0.0"), ("numpy", "2.3.5"), ("rapidfuzz", "3.14.6"), ("scipy", "1.18.1")]
+
+    def run(command, check=False, **kwargs):
+        folder = Path(command[command.index("-d") + 1])
+        folder.mkdir(parents=True, exist_ok=True)
+        for requirement in [a for a in command if "==" in a]:  # the pins after pip's options
+            name, version = requirement.split("==")
+            (folder / f"{name}-{version}-py3-none-any.whl").write_bytes(b"w")
+
+    def download_debs(packages, folder):
+        folder.mkdir(parents=True)
+        for package in packages:
+            fake_deb(folder / f"{package}_1_amd64.deb", {f"usr/share/{package}": b"d"})
+
+    monkeypatch.setattr(bundle, "resolve", resolve)
+    monkeypatch.setattr(bundle.subprocess, "run", run)
+    monkeypatch.setattr(bundle, "download_debs", download_debs)
+    out = tmp_path / "out"
+    bundle.main(["build", "--with", "jiwer==4.0.0", "scipy==1.17.1", "--add", "resemblyzer==0.1.4", "--deb", "espeak-ng",
+                 "--prefer-host", "--host", str(tmp_path / "host.txt"), "--host", str(tmp_path / "MANIFEST.json"), str(out)])
+    assert asked == {"requirements": ["jiwer==4.0.0", "scipy==1.18.1"], "constraints": {"numpy": "2.3.5"}}
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert sorted(manifest["wheels"]) == ["jiwer-4.0.0-py3-none-any.whl", "rapidfuzz-3.14.6-py3-none-any.whl",
+                                          "resemblyzer-0.1.4-py3-none-any.whl"]
+    assert list(manifest["debs"]) == ["espeak-ng_1_amd64.deb"]
+    assert manifest["left_out_host_has"] == ["numpy==2.3.5", "scipy==1.18.1"]
+    assert manifest["host_versions_kept"] == ["scipy==1.17.1: the host's 1.18.1 kept"]
+    assert bundle.verify(out) == manifest["parts"]

