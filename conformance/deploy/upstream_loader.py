@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from conformance.deploy.deploy_cases import upstream_deploy_dir
+from conformance.module_files import load_module_file
 
 CHILD = [sys.executable, "-m", "conformance.deploy.upstream_loader"]
 
 
 def _child(request: dict[str, Any]) -> dict[str, Any]:
     """In the child process only: install the stand-ins, run upstream's loader."""
-    import importlib.util
     import logging
     import types
 
@@ -69,15 +69,8 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
     platform = types.SimpleNamespace(device_name="cuda")
     module("vllm_omni.platforms", current_omni_platform=platform)
 
-    def load(name: str, path: Path) -> types.ModuleType:
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)  # type: ignore[union-attr]
-        return mod
-
-    sc = load("vllm_omni.config.stage_config", package / "config" / "stage_config.py")
-    pipeline = load("vllm_omni.model_executor.models.higgs_audio_v3.pipeline",
+    sc = load_module_file("vllm_omni.config.stage_config", package / "config" / "stage_config.py")
+    pipeline = load_module_file("vllm_omni.model_executor.models.higgs_audio_v3.pipeline",
                     package / "model_executor" / "models" / "higgs_audio_v3" / "pipeline.py").HIGGS_AUDIO_V3_PIPELINE
     out = []
     for path, name in request["pairs"]:

@@ -35,6 +35,7 @@ from torch import nn
 from conformance.differential import delay_grids, state_machine
 from conformance.differential.inputs import NUM_CODEBOOKS
 from conformance.differential.verdicts import ROOT, Check, write_results
+from conformance.module_files import load_module_file
 from conformance.oracles import delay_numpy
 
 TALKER_GOLDEN = ROOT / "golden" / "talker" / "streams.json"
@@ -69,15 +70,7 @@ def _install_stand_ins(package: Path) -> None:
         sys.modules[name] = module
     sys.modules["vllm.logger"].init_logger = logging.getLogger  # type: ignore[attr-defined]
     sys.modules["vllm_omni.inputs.data"].OmniTokensPrompt = dict  # type: ignore[attr-defined]
-    _load("vllm_omni.data_entry_keys", package / "data_entry_keys.py")
-
-
-def _load(name: str, path: Path) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    load_module_file("vllm_omni.data_entry_keys", package / "data_entry_keys.py")
 
 
 def upstream_package() -> Path:
@@ -156,12 +149,12 @@ def main() -> int:
     torch.set_num_threads(1)
     package = upstream_package()
     _install_stand_ins(package)
-    stage = _load("vllm_omni.model_executor.stage_input_processors.higgs_audio_v3",
+    stage = load_module_file("vllm_omni.model_executor.stage_input_processors.higgs_audio_v3",
                   package / "model_executor" / "stage_input_processors" / "higgs_audio_v3.py")
-    talker = _load("vllm_omni.model_executor.models.higgs_audio_v3.higgs_audio_v3_talker",
+    talker = load_module_file("vllm_omni.model_executor.models.higgs_audio_v3.higgs_audio_v3_talker",
                    package / "model_executor" / "models" / "higgs_audio_v3" / "higgs_audio_v3_talker.py")
 
-    prompts = _load("vllm_omni.model_executor.models.higgs_audio_v3.higgs_audio_v3_tokenizer",
+    prompts = load_module_file("vllm_omni.model_executor.models.higgs_audio_v3.higgs_audio_v3_tokenizer",
                     package / "model_executor" / "models" / "higgs_audio_v3" / "higgs_audio_v3_tokenizer.py")
 
     def apply(codes: np.ndarray) -> np.ndarray:  # the voice-clone prompt's delay pattern: [T, N] -> [T + N - 1, N]
