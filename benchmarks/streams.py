@@ -93,9 +93,19 @@ async def _one(api: SpeechAPI, max_tokens: int, voice: list[list[int]] | None = 
             "split_s": split_of(start, admitted, marks["first_rows"], window_in, first)}
 
 
+def prefix_cache_hits() -> int | None:
+    """Prompt tokens vLLM read from its prefix cache so far (its process-wide Prometheus counter;
+    None when the engine logs no stats)."""
+    from vllm.v1.metrics.reader import get_metrics_snapshot
+
+    values = [m.value for m in get_metrics_snapshot() if m.name == "vllm:prefix_cache_hits"]
+    return int(sum(values)) if values else None
+
+
 async def level(api: SpeechAPI, concurrency: int, rounds: int, max_tokens: int,
                 voice: list[list[int]] | None = None) -> dict:
     per_round, audio = [], []
+    hits_before = prefix_cache_hits()
     api.stage.record.batches.clear()
     for _ in range(rounds):
         start = time.monotonic()
@@ -105,6 +115,7 @@ async def level(api: SpeechAPI, concurrency: int, rounds: int, max_tokens: int,
     return {
         "concurrency": concurrency,
         "voice_frames": len(voice[0]) if voice else 0,  # 0: zero-shot
+        "prefix_cache_hit_tokens": None if hits_before is None else prefix_cache_hits() - hits_before,
         "streams": len(audio),
         **level_figures(per_round),  # medians over the rounds, "split_ms", "spread"
         "audio_s_per_stream": statistics.median(audio),
