@@ -58,7 +58,7 @@ def _shared_prefix_tokens(api: SpeechAPI, earlier: list, later, block_size: int)
 @pytest.mark.cpu
 @pytest.mark.parametrize("case", DOC["cases"], ids=lambda c: c["id"])
 @pytest.mark.parametrize("variant", runner_params())
-def test_prefix_sharing(case, variant, pool):
+def test_prefix_sharing(case, variant, pool, record_property):
     engine = DOC["engines"][case["engine"]]
     checkpoint = cached_checkpoint(engine["checkpoint"]["size"], engine["checkpoint"]["seed"],
                                    engine["checkpoint"].get("flavour", "greedy"))
@@ -68,12 +68,13 @@ def test_prefix_sharing(case, variant, pool):
     unshared = SpeechAPI(booted.engine, checkpoint, variant, share_voice_prefix=False)
     preempted_before = preemptions(booted)
 
-    specs, results, earlier = [], [], []
+    specs, results, earlier, hits_seen = [], [], [], []
     for index, batch in enumerate(case["batches"]):
         requests = [_request(spec) for spec in batch]
         hits_before = prefix_cache_hits(booted)
         results += shared.generate(requests)
         hits = prefix_cache_hits(booted) - hits_before
+        hits_seen.append(hits)
         if index == len(case["batches"]) - 1 and "hits" in case:
             if case["hits"] == "none":
                 assert hits == 0, f"{case['id']}: {hits} prompt tokens read from the cache, expected none"
@@ -84,8 +85,11 @@ def test_prefix_sharing(case, variant, pool):
                 assert hits == expected, f"{case['id']}: {hits} prompt tokens read from the cache, expected {expected}"
         specs += batch
         earlier += requests
+    preempted = preemptions(booted) - preempted_before
     if case.get("expect_preemption"):
-        assert preemptions(booted) > preempted_before, "the tiny KV cache forced no preemption: the case tests nothing"
+        assert preempted > 0, "the tiny KV cache forced no preemption: the case tests nothing"
+    record_property("report", f"{variant} {case['id']}: prompt tokens read from the cache per batch {hits_seen}, "
+                              f"{preempted} preemptions")
 
     for spec, result in zip(specs, results):
         alone = unshared.generate([_request(spec)])[0]
