@@ -59,6 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3,
                         help="end to end: batches of c streams per level (each figure: the rounds' median and range)")
     parser.add_argument("--max-tokens", type=int, default=257, help="end to end: rows per stream (257: 10 s)")
+    parser.add_argument("--voice-seconds", type=float, default=0.0,
+                        help="end to end: every stream clones one named voice of this many seconds (0: zero-shot)")
     parser.add_argument("--engine-steps", nargs=2, type=int, default=[32, 288], metavar=("SHORT", "LONG"),
                         help="engine only: ms/step = wall time difference / (LONG - SHORT)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -91,7 +93,7 @@ def settings_from(args: argparse.Namespace):
     return Settings(
         platform=platform, size=args.size, profiles=args.profiles, engine_profiles=args.engine_profiles,
         modes=args.modes, bare=args.bare, e2e_levels=args.e2e_concurrency, engine_levels=args.engine_concurrency,
-        samplings=args.sampling, rounds=args.rounds, max_tokens=args.max_tokens,
+        samplings=args.sampling, rounds=args.rounds, max_tokens=args.max_tokens, voice_seconds=args.voice_seconds,
         engine_steps=tuple(args.engine_steps), engine_repeats=args.engine_repeats, overrides=parse_set(args.set), phase_timeout=args.phase_timeout,
         budget=args.budget, gpus=gpus, cpu_parallel=args.cpu_parallel,
     )

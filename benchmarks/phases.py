@@ -94,9 +94,10 @@ async def measure_phase(phase: Phase, settings: Settings, checkpoint: str, send)
         send("progress", f"engine booted in {boot:.0f} s")
         try:
             if phase.e2e_levels:
-                await streams.level(api, 2, 1, 32)  # warm-up
+                voice = streams.named_voice(checkpoint, settings.voice_seconds)
+                await streams.level(api, 2, 1, 32, voice)  # warm-up
                 for c in phase.e2e_levels:
-                    result = await streams.level(api, c, settings.rounds, settings.max_tokens)
+                    result = await streams.level(api, c, settings.rounds, settings.max_tokens, voice)
                     send("e2e", result)
                     split = ", ".join(f"{part} {ms:.0f}" for part, ms in result["split_ms"].items())
                     send("progress", f"e2e c={c} done: TTFA {result['ttfa_ms_median']:.0f} ms ({split}), "

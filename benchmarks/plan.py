@@ -44,6 +44,7 @@ class Settings:
     samplings: list[str] = field(default_factory=lambda: ["greedy", "default"])
     rounds: int = 3  # end-to-end: batches of c streams per level (each figure: median and spread of the rounds)
     max_tokens: int = 257  # end-to-end: rows per stream (250 frames = 10 s of audio)
+    voice_seconds: float = 0.0  # end-to-end: clone one named voice of this many seconds (0: zero-shot)
     engine_steps: tuple[int, int] = (32, 288)  # engine only: the two lengths whose difference is timed
     engine_repeats: int = 3  # engine only: timed (SHORT, LONG) pairs per level; ms/step is their median
     overrides: dict = field(default_factory=dict)  # --set KEY=VALUE, for every phase

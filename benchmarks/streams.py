@@ -18,14 +18,26 @@ with its holdback are all in, and the first PCM chunk is out (the code2wav stage
 path). The stream is `stream_audio`'s own composition (the stage over `stream_frames`), with a
 pass-through that notes the two arrivals. Every instant is `time.monotonic()`, the engine core's
 clock.
+
+With a named voice (`--voice-seconds S`), every stream clones one voice: S seconds of seeded
+reference codes (10 s: 250 frames, 257 prompt slots), each stream with a text of its own, so that
+the voice's prompt blocks are what requests can share through the prefix cache
+(reference/talker/prompt_salt.py). The warm-up streams clone it too: the levels measure a voice
+the server has served before. Its TTFA without sharing: the same run with
+`--set stages.0.enable_prefix_caching=false`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import statistics
 import time
 import uuid
+from pathlib import Path
+
+import numpy as np
 
 from reference.speech import SpeechAPI, SpeechRequest
 
@@ -47,10 +59,25 @@ async def _noting_arrivals(frames, window: int, marks: dict):
         await frames.aclose()  # aborts the request if the stream stopped early
 
 
-async def _one(api: SpeechAPI, max_tokens: int) -> dict:
+VOICE_SEED = 21
+_TAKES = itertools.count()  # a text of its own for every stream of a named voice
+
+
+def named_voice(checkpoint: str | Path, seconds: float) -> list[list[int]] | None:
+    """Seeded reference codes [8, frames] of `seconds` of audio at the checkpoint's frame rate
+    (None for 0: zero-shot streams)."""
+    if seconds <= 0:
+        return None
+    frame_rate = json.loads((Path(checkpoint) / "config.json").read_text())["frame_rate"]
+    frames = round(seconds * frame_rate)
+    return np.random.default_rng(VOICE_SEED).integers(0, 1024, size=(8, frames)).tolist()
+
+
+async def _one(api: SpeechAPI, max_tokens: int, voice: list[list[int]] | None = None) -> dict:
     start = time.monotonic()
     first, samples, marks, request_id = None, 0, {}, uuid.uuid4().hex
-    request = SpeechRequest(TEXT, sampling={"temperature": 0.0, "max_tokens": max_tokens})
+    text = TEXT if voice is None else f"{TEXT} Take {next(_TAKES)}."
+    request = SpeechRequest(text, ref_codes=voice, sampling={"temperature": 0.0, "max_tokens": max_tokens})
     geometry = api.stage.geometry
     frames = _noting_arrivals(api.stream_frames(request, request_id),
                               geometry.first_chunk_frames + geometry.right_holdback_frames, marks)
@@ -66,16 +93,29 @@ async def _one(api: SpeechAPI, max_tokens: int) -> dict:
             "split_s": split_of(start, admitted, marks["first_rows"], window_in, first)}
 
 
-async def level(api: SpeechAPI, concurrency: int, rounds: int, max_tokens: int) -> dict:
+def prefix_cache_hits() -> int | None:
+    """Prompt tokens vLLM read from its prefix cache so far (its process-wide Prometheus counter;
+    None when the engine logs no stats)."""
+    from vllm.v1.metrics.reader import get_metrics_snapshot
+
+    values = [m.value for m in get_metrics_snapshot() if m.name == "vllm:prefix_cache_hits"]
+    return int(sum(values)) if values else None
+
+
+async def level(api: SpeechAPI, concurrency: int, rounds: int, max_tokens: int,
+                voice: list[list[int]] | None = None) -> dict:
     per_round, audio = [], []
+    hits_before = prefix_cache_hits()
     api.stage.record.batches.clear()
     for _ in range(rounds):
         start = time.monotonic()
-        results = await asyncio.gather(*[_one(api, max_tokens) for _ in range(concurrency)])
+        results = await asyncio.gather(*[_one(api, max_tokens, voice) for _ in range(concurrency)])
         per_round.append(round_figures(results, time.monotonic() - start))
         audio += [r["audio_s"] for r in results]
     return {
         "concurrency": concurrency,
+        "voice_frames": len(voice[0]) if voice else 0,  # 0: zero-shot
+        "prefix_cache_hit_tokens": None if hits_before is None else prefix_cache_hits() - hits_before,
         "streams": len(audio),
         **level_figures(per_round),  # medians over the rounds, "split_ms", "spread"
         "audio_s_per_stream": statistics.median(audio),

@@ -86,7 +86,16 @@ class EnginePool:
 def preemptions(api: SpeechAPI) -> int:
     """vLLM's preemption counter. It lives in the process-wide Prometheus registry, which holds
     the counters of the engine started last: ask right after starting the engine in question."""
+    return _counter(api, "vllm:num_preemptions")
+
+
+def prefix_cache_hits(api: SpeechAPI) -> int:
+    """vLLM's count of prompt tokens read from the prefix cache (the same registry as above)."""
+    return _counter(api, "vllm:prefix_cache_hits")
+
+
+def _counter(api: SpeechAPI, name: str) -> int:
     for metric in api.engine.get_metrics():
-        if metric.name == "vllm:num_preemptions":
+        if metric.name == name:
             return int(metric.value)
-    raise AssertionError("vLLM reported no vllm:num_preemptions metric (is disable_log_stats off?)")
+    raise AssertionError(f"vLLM reported no {name} metric (is disable_log_stats off?)")

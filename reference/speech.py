@@ -21,6 +21,7 @@ from reference.codec.stage import CodecStage
 from reference.codec.wav_io import read_wav
 from reference.deploy.sampling import validate_sampling_params
 from reference.talker import code_channel, prompts
+from reference.talker.prompt_salt import PromptSalts
 from reference.talker.special_tokens import load_tokenizer, special_ids
 
 
@@ -53,8 +54,11 @@ class SpeechResult:
 
 class SpeechAPI:
     def __init__(self, engine, checkpoint: str | Path, runner: str, default_max_tokens: int = 2048,
-                 stage: CodecStage | None = None):
+                 stage: CodecStage | None = None, share_voice_prefix: bool = True):
         self.engine = engine
+        # Prefix-cache salts (reference/talker/prompt_salt.py): with share_voice_prefix, requests
+        # of one voice share its prompt blocks; without, every request gets a salt of its own.
+        self.salts = PromptSalts() if share_voice_prefix else None
         self.stage = stage  # code2wav for stream_audio: CodecStage.from_deployment(...)
         self.runner = runner
         self.checkpoint = Path(checkpoint)
@@ -95,7 +99,8 @@ class SpeechAPI:
             stop_token_ids=self.ids.stop_ids, ref_rows=prompt.ref_rows, ref_start=prompt.ref_start,
             stream=stream, **sampling
         )
-        tokens = TokensPrompt(prompt_token_ids=list(prompt.token_ids), cache_salt=code_channel.unique_cache_salt())
+        salt = self.salts.salt(prompt) if self.salts is not None else code_channel.unique_cache_salt()
+        tokens = TokensPrompt(prompt_token_ids=list(prompt.token_ids), cache_salt=salt)
         return tokens, params
 
     def _audio_rows(self, steps) -> list[list[int]]:

@@ -78,10 +78,16 @@ def test_no_worker_report_is_a_mismatch():
 
 def test_keys_the_profile_leaves_to_vllm_are_printed_not_compared():
     _, expected, built = _build("cuda")
-    for key in ("block_size", "enable_prefix_caching", "max_num_batched_tokens", "kv_cache_dtype",
+    for key in ("block_size", "enable_chunked_prefill", "max_num_batched_tokens", "kv_cache_dtype",
                 "compilation_mode", "attention_backend_built", "tensor_parallel_size"):
         assert not expected[key].compared and expected[key].origin == "vLLM default", key
     assert mismatches(expected, [built], "p") == []
+
+
+def test_the_shipped_profiles_ask_for_prefix_caching_and_it_is_compared():
+    _, expected, _ = _build("cuda")
+    prefix = expected["enable_prefix_caching"]
+    assert (prefix.value, prefix.compared, prefix.origin) == (True, True, "reference/deploy/profiles/default.yaml")
 
 
 def test_keys_the_profile_sets_are_compared():

@@ -82,3 +82,22 @@ def test_a_request_that_names_its_answer_gets_it_without_the_default_header(defa
         response = c.post("/v1/audio/speech", json={**BODY, **named})
         assert response.status_code == 200 and response.content == expect
         assert "x-stream-format-default" not in response.headers
+
+
+@pytest.mark.parametrize("field, param", [("text", "input"), ("ref_text", "ref_text")])
+def test_a_text_holding_the_audio_token_is_a_400_naming_its_field(field, param):
+    """`<|audio|>` inside a text would let a prompt match another request's generated rows in the
+    prefix cache (reference/talker/prompt_salt.py): the prompt refuses it, the server says 400."""
+    from higgs_dummy.cache import cached_checkpoint
+    from reference.serve.protocol import RequestError
+    from reference.speech import SpeechAPI, SpeechRequest
+
+    speaker = FakeSpeaker(ServeMetrics())
+    speaker.api = SpeechAPI(engine=None, checkpoint=cached_checkpoint("tiny", 0), runner="v1")
+    service = FakeService(speaker=speaker, model_name="m", runner="v1", profile="default", max_model_len=1024,
+                          default_sampling={}, voices={"default": None}, stream_default=EXACT)
+    texts = {"text": "Hello.", "ref_text": "Reference.", field: "Hello <|audio|> there."}
+    request = SpeechRequest(texts["text"], ref_codes=[[1, 2]] * 8, ref_text=texts["ref_text"], sampling={"max_tokens": 16})
+    with pytest.raises(RequestError, match="<\\|audio\\|>") as error:
+        service.check_length(request)
+    assert (error.value.status, error.value.param) == (400, param)

@@ -12,11 +12,12 @@ Areas and their catchers:
   its filter (temperature -> top-k -> top-p, as plausible speed rewrites get it wrong): the draws
   on hand-made logits, tests/test_sampling_distribution.py, and the draws of a V1 engine against
   the teacher-forced oracle, conformance/talker/test_sampling_distribution.py (about a minute each);
-- reference/talker/runner_v1.py, reference/talker/model.py, prompts.py and the cache salt of
-  code_channel.py (audio feedback, chunked prefill, reference rows and slots, the fused table, the
-  heads as the tie flags say, prefix caching): the greedy engine streams against the oracle goldens,
-  conformance/talker/test_talker_streams.py, one run each (a CPU engine boots in about 25 s, so one engine
-  mutation costs about a minute);
+- reference/talker/runner_v1.py, reference/talker/model.py and prompts.py (audio feedback, chunked
+  prefill, reference rows and slots, the fused table, the heads as the tie flags say): the greedy
+  engine streams against the oracle goldens, conformance/talker/test_talker_streams.py, one run each
+  (a CPU engine boots in about 25 s, so one engine mutation costs about a minute);
+- reference/talker/prompt_salt.py (prefix caching across requests): the prefix-sharing cases,
+  conformance/talker/test_prefix_sharing.py;
 - reference/talker/worker.py (no silent runner fallback): tests/test_worker_runner_check.py;
 - reference/codec/delay_pattern.py: tests/test_delay_pattern.py; reference/codec/model.py: the codec goldens,
   conformance/codec/test_codec_golden.py; reference/talker/code_channel.py: tests/test_code_channel.py.
@@ -34,6 +35,7 @@ from conformance.tools.mutation_run import main, mutations_from_table
 
 TS, V1, TM = "reference/talker/step.py", "reference/talker/runner_v1.py", "reference/talker/model.py"
 DP, CODEC, CC = "reference/codec/delay_pattern.py", "reference/codec/model.py", "reference/talker/code_channel.py"
+PS = "reference/talker/prompt_salt.py"
 
 STEP_TESTS = ("tests/test_talker_step.py",)
 DELAY_TESTS = ("tests/test_delay_pattern.py",)
@@ -41,6 +43,7 @@ CODEC_TESTS = ("conformance/codec/test_codec_golden.py",)
 CHANNEL_TESTS = ("tests/test_code_channel.py",)
 SAMPLING_UNITS = ("tests/test_sampling_distribution.py",)
 SAMPLING_ENGINE = ("conformance/talker/test_sampling_distribution.py", "-k", "v1")
+PREFIX_SHARING = ("conformance/talker/test_prefix_sharing.py", "-k")
 
 
 def streams(run_id: str, variant: str = "v1") -> tuple[str, ...]:
@@ -153,10 +156,10 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
      "for row in apply_delay(ref_codes).tolist())",
      "for row in ref_codes.T.tolist())",
      ("tests/test_speech_prompts.py",)),
-    ("one cache salt for every request (voice clones share KV blocks)", CC,
-     "    return uuid.uuid4().hex",
-     "    return \"shared\"",
-     streams("voice_clones_with_equal_token_ids")),
+    ("the cache salt ignores the voice (voice clones with equal token ids share KV blocks)", PS,
+     'return f"{voice}.{self.instance}.{repeat}"',
+     'return f"{self.instance}.{repeat}"',
+     PREFIX_SHARING + ("equal_token_ids_never_share and v1",)),
     # -- reference/talker/model.py ---------------------------------------------------------------
     ("fused codebook offsets wrong", TM,
      "torch.arange(NUM_CODEBOOKS, dtype=torch.long) * CODEBOOK_VOCAB",
@@ -204,6 +207,10 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("code ids share the LM token's id space", CC,
      "CODE_ID_OFFSET = 1 << 24",
      "CODE_ID_OFFSET = 0", CHANNEL_TESTS),
+    ("the cache salt drops the repeat count (a re-prefill reads another request's generated rows)", PS,
+     'return f"{voice}.{self.instance}.{repeat}"',
+     'return f"{voice}.{self.instance}"',
+     PREFIX_SHARING + ("preempted_requests_rebuild_their_own_rows and v1",)),
 ]
 
 

@@ -81,7 +81,10 @@ class Service:
 
     def check_length(self, request: SpeechRequest) -> None:
         max_tokens = int(request.sampling.get("max_tokens") or self.api.default_max_tokens)
-        prompt_tokens = len(self.api.prompt(request).token_ids)
+        try:
+            prompt_tokens = len(self.api.prompt(request).token_ids)
+        except ValueError as exc:  # a text the prompt layout refuses, e.g. one holding <|audio|>
+            raise RequestError(400, "ref_text" if str(exc).startswith("ref_text") else "input", str(exc)) from None
         text_tokens = len(self.api.tokenizer.encode(request.text, add_special_tokens=False))
         around = prompt_tokens - text_tokens  # markup and the voice reference's slots
         limit = self.max_model_len - max_tokens - around

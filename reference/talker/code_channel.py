@@ -63,7 +63,8 @@ def talker_sampling_params(
 
 def unique_cache_salt() -> str:
     """Every audio position has the same token id (`<|audio|>`), so prefix-cache hashes of two
-    requests' generated blocks would collide: a per-request salt keeps them apart."""
+    requests' generated blocks would collide: a per-request salt keeps them apart. For prompts
+    built outside the speech API; SpeechAPI salts by voice (reference/talker/prompt_salt.py)."""
     return uuid.uuid4().hex
 
 

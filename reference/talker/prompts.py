@@ -7,6 +7,10 @@ N is the number of delay-pattern rows of the reference codes ([8, T] codes give 
 talker embeds slot i as the fused codebook embedding of row i. The slots' token ids carry nothing
 (they hold the `<|tts|>` id, as upstream's do): where the slots are is known from the prompt's
 structure and travels with the request (`ref_start`), never looked up by token id.
+
+`<|audio|>` stands only at the prompt's end: a text that tokenizes to it is refused. Every
+generated row carries that id too, and the prefix cache's safety rests on no prompt holding it
+earlier (reference/talker/prompt_salt.py).
 """
 
 from __future__ import annotations
@@ -31,14 +35,20 @@ class TalkerPrompt:
         return {self.ref_start + i: row for i, row in enumerate(self.ref_rows)}
 
 
-def _text_ids(tokenizer, text: str, what: str) -> list[int]:
+def _text_ids(tokenizer, ids: SpecialIds, text: str, what: str) -> list[int]:
     if not text or not text.strip():
         raise ValueError(f"{what} is empty: the talker needs text to speak")
-    return tokenizer.encode(text, add_special_tokens=False)
+    tokens = tokenizer.encode(text, add_special_tokens=False)
+    if ids.audio in tokens:
+        raise ValueError(
+            f"{what} holds the special token <|audio|> (id {ids.audio}), which the talker's prompt "
+            f"reserves for the start of speech: remove it from the {what}"
+        )
+    return tokens
 
 
 def zero_shot(tokenizer, ids: SpecialIds, text: str) -> TalkerPrompt:
-    return TalkerPrompt((ids.tts, ids.text, *_text_ids(tokenizer, text, "text"), ids.audio))
+    return TalkerPrompt((ids.tts, ids.text, *_text_ids(tokenizer, ids, text, "text"), ids.audio))
 
 
 def voice_clone(tokenizer, ids: SpecialIds, text: str, ref_codes, ref_text: str | None = None) -> TalkerPrompt:
@@ -50,11 +60,11 @@ def voice_clone(tokenizer, ids: SpecialIds, text: str, ref_codes, ref_text: str 
     if ref_text is not None:
         if ids.ref_text is None:
             raise ValueError("tokenizer lacks <|ref_text|>: drop ref_text or use a Higgs v3 tokenizer")
-        head += [ids.ref_text, *_text_ids(tokenizer, ref_text, "ref_text")]
+        head += [ids.ref_text, *_text_ids(tokenizer, ids, ref_text, "ref_text")]
     head.append(ids.ref_audio)
     start = len(head)
     head += [ids.tts] * len(rows)
-    tail = [ids.text, *_text_ids(tokenizer, text, "text"), ids.audio]
+    tail = [ids.text, *_text_ids(tokenizer, ids, text, "text"), ids.audio]
     return TalkerPrompt(tuple(head + tail), rows, start)
 
 
