@@ -27,8 +27,7 @@ from conformance import case_files
 from conformance.talker import talker_cases
 from conformance.environment import has_cuda
 from conformance.serving.serving_client import (MODEL_NAME, ServerProcess, SlowReader, as_float, body_for,
-                                                pcm_of_wav, wav_bytes)
-from conformance.serving.serving_client import within as _within
+                                                pcm_of_wav, wav_bytes, within)
 from conformance.serving.stream_default import check_default_answer
 from higgs_dummy.cache import cached_checkpoint
 from reference.codec.delay_pattern import rows_to_frames
@@ -121,7 +120,7 @@ def test_streamed_audio_equals_the_whole_response(case, server, variant):
     body = body_for(PROMPTS[case["prompt"]], **({"voice": case["voice"]} if "voice" in case else {}))
     whole = _whole(server, body)  # exact WAV header checked by pcm_of_wav
     assert _whole(server, {**body, "response_format": "pcm"}) == whole
-    _within(variant["bound"], _streamed(server, body), whole)
+    within(variant["bound"], _streamed(server, body), whole)
     assert _sse(server, {**body, "response_format": "pcm"}) == _streamed(server, {**body, "response_format": "pcm"})
 
 
@@ -208,7 +207,7 @@ def test_disconnect_aborts_the_request_and_spares_the_others(server, variant):
         _let_go_counted(server, before, remaining=1)
         kept = pcm_of_wav(survivor.read_rest(), streamed=True)
     if "concurrent_bound" in variant:
-        _within(variant["concurrent_bound"], kept, alone)
+        within(variant["concurrent_bound"], kept, alone)
     else:
         assert kept == alone, "a stream changed when another was aborted"
     after = server.wait_for(_settled(before), timeout=SETTLE_S, what="the aborted request left something held")
@@ -269,7 +268,7 @@ def test_long_input_streams_to_its_end_and_one_token_more_is_refused(server, var
     limit = int(re.search(r"over the limit of (\d+) tokens", too_long.json()["error"]["message"]).group(1))
     assert "max_model_len 1024" in too_long.json()["error"]["message"]
     body = body_for({"text": _text_of_tokens(tokenizer, limit)}, max_tokens=max_tokens)
-    _within(variant["bound"], _streamed(server, body), _whole(server, body))
+    within(variant["bound"], _streamed(server, body), _whole(server, body))
     over = server.client.post(SPEECH, json=body_for({"text": _text_of_tokens(tokenizer, limit + 1)}, max_tokens=max_tokens))
     assert over.status_code == 400, over.text
     assert over.json()["error"]["param"] == "input" and f"limit of {limit} tokens" in over.json()["error"]["message"]
@@ -314,7 +313,7 @@ def test_concurrent_streams_each_equal_the_request_alone(server, variant):
         together = list(pool.map(lambda b: _streamed(server, b), bodies))
     for body, pcm in zip(bodies, together):
         if "concurrent_bound" in variant:
-            _within(variant["concurrent_bound"], pcm, alone[body["input"]])
+            within(variant["concurrent_bound"], pcm, alone[body["input"]])
         else:
             assert pcm == alone[body["input"]], f"{body['input']!r} differs when {len(bodies)} streams run at once"
     server.wait_for(lambda v: metric(v, "higgs_serve_talker_slots_in_use") == 0 and metric(v, "vllm:num_requests_running") == 0)
@@ -335,7 +334,7 @@ def test_openai_client_streams_a_wav_the_offline_decode_matches(server, variant,
     assert rate == 24000 and len(samples) == len(pcm) // 2
     rows = talker_cases.load_goldens()["streams"]["fox"]["rows"]  # the oracle's greedy rows
     offline = load_codec(cached_checkpoint("tiny", 0)).decode(rows_to_frames(torch.tensor(rows)))
-    _within(variant["bound"], pcm, pcm16(offline))
+    within(variant["bound"], pcm, pcm16(offline))
     assert np.allclose(samples, as_float(pcm).numpy() * 32767 / 32768, atol=1e-6)
 
 

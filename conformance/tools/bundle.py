@@ -211,8 +211,7 @@ def build(vllm: str | None, host_files: list[Path], out: Path, python: str, glib
     constraints, notes = None, []
     if keep_host:
         requirements, constraints, notes = prefer_host(requirements, have)
-        no_deps = [r if canonical(r.split("==")[0]) not in have else f"{r.split('==')[0]}=={have[canonical(r.split('==')[0])]}"
-                   for r in no_deps]
+        no_deps = prefer_host(list(no_deps), have)[0]
     for note in notes:
         print(f"bundle: {note}", flush=True)
     needed = resolve(requirements, python, glibc, constraints) if requirements else []
