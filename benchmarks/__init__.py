@@ -12,6 +12,6 @@ Two modes, one engine per phase:
 Every phase (one engine: boot and measurements, phases.py) runs in a spawned child with its own
 time limit (isolation.py), so a phase that hangs or crashes is recorded as failed and the run
 goes on. The plan of phases: plan.py; each figure's median and spread over the rounds, and TTFA's
-split in four: spread.py (the engine's admission instant: admission.py); derived figures and the
+split in five: spread.py (the engine core's admission and first-token instants: admission.py); derived figures and the
 terminal table: summary.py; the PNG: plot.py. Results of GPU runs live in benchmarks/results/.
 """

@@ -95,6 +95,7 @@ async def measure_phase(phase: Phase, settings: Settings, checkpoint: str, send)
         try:
             if phase.e2e_levels:
                 voice = streams.named_voice(checkpoint, settings.voice_seconds)
+                api.stage.warm()  # as the server warms it at its start (reference/serve/__main__.py)
                 await streams.level(api, 2, 1, 32, voice)  # warm-up
                 for c in phase.e2e_levels:
                     result = await streams.level(api, c, settings.rounds, settings.max_tokens, voice)

@@ -123,12 +123,19 @@ def _fit(phase: Phase, runner: str | Exception, settings: Settings) -> None:
         return
     phase.runner = runner
     base = resolve_deployment(phase.profile, settings.platform, settings.overrides).engine_kwargs
-    need = phase.max_concurrency
-    overrides = dict(settings.overrides)
-    if base.get("max_num_seqs", need) < need:
+    phase.overrides = {**settings.overrides, **batch_fit(base, phase.max_concurrency)}
+
+
+def batch_fit(engine_kwargs: dict, need: int) -> dict:
+    """The deploy overrides that let `need` requests decode at once under these engine arguments:
+    max_num_seqs raised to it, and decode capture sizes every 8 up to it where the graphs stop
+    short (a profile's larger sizes, for prompts, stay)."""
+    overrides: dict = {}
+    if engine_kwargs.get("max_num_seqs", need) < need:
         overrides["stages.0.max_num_seqs"] = need
-    sizes = (base.get("compilation_config") or {}).get("cudagraph_capture_sizes")
-    if not base.get("enforce_eager") and sizes and max(sizes) < need:
+    sizes = (engine_kwargs.get("compilation_config") or {}).get("cudagraph_capture_sizes")
+    decode = max((s for s in sizes or [] if s <= engine_kwargs.get("max_num_seqs", need)), default=0)
+    if not engine_kwargs.get("enforce_eager") and sizes and decode < need:
         overrides["stages.0.compilation_config.cudagraph_capture_sizes"] = sorted(
-            set(sizes) | set(range(max(sizes) + 8, need, 8)) | {need})
-    phase.overrides = overrides
+            set(sizes) | set(range(decode + 8, need, 8)) | {need})
+    return overrides

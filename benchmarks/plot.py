@@ -1,6 +1,6 @@
 """The PNG of a run: TTFA, RTF and audio s/s per concurrency for every end-to-end profile (medians
 over the rounds, their min-max shaded), with the backbone bound as dashed lines; TTFA's split in
-four as stacked bars per profile and concurrency (spread.py: the parts of the median TTFA, its
+five as stacked bars per profile and concurrency (spread.py: the parts of the median TTFA, its
 min-max as the error bar); and the engine-only talker/bare step ratios as bars.
 
     python -m benchmarks.plot RESULTS.json [OUT.png]     (again from a run's JSON)
@@ -83,8 +83,8 @@ def _concurrency_axis(ax, title: str, unit: str, levels: list[int]) -> None:
 
 
 def _split_bars(ax, talkers: list[dict]) -> None:
-    """One stacked bar per (profile, concurrency): the four parts of its median TTFA."""
-    ax.set_title("TTFA split: the median's four parts", fontsize=10)
+    """One stacked bar per (profile, concurrency): the parts of its median TTFA (spread.SPLIT)."""
+    ax.set_title("TTFA split: the median's parts", fontsize=10)
     bars = [(r, lvl) for r in talkers for lvl in r["e2e"] if "split_ms" in lvl]
     xs = range(len(bars))
     bottom = [0.0] * len(bars)

@@ -5,7 +5,7 @@ SHORT/LONG pair) and reported as the median of its rounds with their spread, the
 with 3 to 5 rounds an interquartile range says no more than the range does, and the range shows
 the worst round.
 
-TTFA's split: four consecutive parts of one stream's TTFA, each named by the event that ends it
+TTFA's split: five consecutive parts of one stream's TTFA, each named by the event that ends it
 (SPLIT); they add up to the stream's TTFA. A median's split is the split of the stream (or round)
 at that median: the middle one, or the mean of the two middle ones for an even count, as
 `statistics.median` takes the totals; so the parts add up to the median TTFA exactly, which
@@ -17,14 +17,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-# request submitted -> the engine core first schedules it -> the first audio rows reach the speech
-# API -> the first codec window's frames (with their holdback) are all in -> the first PCM chunk out
-SPLIT = ("admission", "first_rows", "first_window", "first_pcm")
+# request submitted -> the engine core first schedules it -> the core's outputs carry its first
+# token (prefill) -> that output's rows reach the speech API (the way out of the core) -> the first
+# codec window's frames (after the delay pattern's lead-in, with their holdback) are all in -> the
+# first PCM chunk out
+SPLIT = ("admission", "prefill", "first_rows", "first_window", "first_pcm")
 
 
-def split_of(start: float, admitted: float, first_rows: float, window_in: float, first_pcm: float) -> dict:
-    """The four parts (seconds) between five instants of one stream, on one clock."""
-    instants = (start, admitted, first_rows, window_in, first_pcm)
+def split_of(start: float, admitted: float, first_token: float, first_rows: float, window_in: float,
+             first_pcm: float) -> dict:
+    """The five parts (seconds) between six instants of one stream, on one clock."""
+    instants = (start, admitted, first_token, first_rows, window_in, first_pcm)
     return {part: later - earlier for part, earlier, later in zip(SPLIT, instants, instants[1:])}
 
 

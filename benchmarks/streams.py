@@ -11,11 +11,11 @@ A round's TTFA and RTF are medians over its streams; the level reports the media
 and their spread (spread.py). The chunks come from the engine's code2wav stage
 (reference/codec/stage.py, built from the profile); each level reports the stage's batch sizes.
 
-TTFA is split in four (spread.SPLIT): the engine core admits the request (vLLM's own scheduling
-instant: admission.py, so the speech API's engine must be an `AdmissionTimes`), the first audio
-rows reach the speech API (prefill and the first steps), the frames of the first codec window
-with its holdback are all in, and the first PCM chunk is out (the code2wav stage and the streaming
-path). The stream is `stream_audio`'s own composition (the stage over `stream_frames`), with a
+TTFA is split in five (spread.SPLIT): the engine core admits the request and its outputs carry the
+first token (vLLM's own scheduling and first-token instants: admission.py, so the speech API's
+engine must be an `AdmissionTimes`), the first rows reach the speech API (the way out of the
+core), the frames of the first codec window with its holdback are all in (the delay pattern's
+lead-in rows first), and the first PCM chunk is out (the code2wav stage and the streaming path). The stream is `stream_audio`'s own composition (the stage over `stream_frames`), with a
 pass-through that notes the two arrivals. Every instant is `time.monotonic()`, the engine core's
 clock.
 
@@ -88,9 +88,9 @@ async def _one(api: SpeechAPI, max_tokens: int, voice: list[list[int]] | None = 
     wall = time.monotonic() - start
     audio = samples / api.stage.codec.sample_rate
     window_in = marks.get("window_in", first)  # a stream shorter than the first window: its first chunk
-    admitted = api.engine.scheduled.pop(request_id)
+    admitted, first_token = api.engine.scheduled.pop(request_id), api.engine.first_token.pop(request_id)
     return {"ttfa_s": first - start, "wall_s": wall, "audio_s": audio, "rtf": wall / audio,
-            "split_s": split_of(start, admitted, marks["first_rows"], window_in, first)}
+            "split_s": split_of(start, admitted, first_token, marks["first_rows"], window_in, first)}
 
 
 def prefix_cache_hits() -> int | None:

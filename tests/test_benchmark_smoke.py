@@ -54,16 +54,17 @@ def test_the_json_holds_every_figure(smoke):
     assert results["checkpoint"]["frame_s"] == pytest.approx(0.04)
 
 
-def test_ttfa_splits_in_four_parts_that_add_up(smoke):
+def test_ttfa_splits_in_five_parts_that_add_up(smoke):
     _, out = smoke
     results = json.loads((out / "speed.json").read_text())
     assert results["settings"]["rounds"] == 3
     for lvl in results["phases"][0]["e2e"]:
         for figures in (lvl, *lvl["rounds"]):  # the level's median and each round's
             split = figures["split_ms"]
-            assert list(split) == ["admission", "first_rows", "first_window", "first_pcm"]
+            assert list(split) == ["admission", "prefill", "first_rows", "first_window", "first_pcm"]
             assert all(ms >= 0 for ms in split.values()), split
-            assert split["admission"] > 0 and split["first_rows"] > 0, "the engine admits, then makes rows"
+            assert split["admission"] > 0 and split["prefill"] > 0 and split["first_rows"] > 0, \
+                "the engine admits, prefills, then hands the rows out"
             assert sum(split.values()) == pytest.approx(figures["ttfa_ms_median"], abs=1e-6)
 
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.cpu
 
 
 def stream(start: float, *gaps: float, audio_s: float = 1.0, wall_s: float = 0.5) -> dict:
-    """A stream whose four TTFA parts are `gaps` (seconds), as streams._one reports it."""
+    """A stream whose five TTFA parts are `gaps` (seconds), as streams._one reports it."""
     instants = [start]
     for gap in gaps:
         instants.append(instants[-1] + gap)
@@ -27,48 +27,50 @@ def stream(start: float, *gaps: float, audio_s: float = 1.0, wall_s: float = 0.5
             "wall_s": wall_s, "rtf": wall_s / audio_s}
 
 
-def test_the_four_parts_add_up_to_the_ttfa():
-    parts = split_of(100.0, 100.004, 100.05, 100.19, 100.23)
+def test_the_five_parts_add_up_to_the_ttfa():
+    parts = split_of(100.0, 100.004, 100.02, 100.05, 100.19, 100.23)
     assert list(parts) == list(SPLIT)
-    assert parts["admission"] == pytest.approx(0.004) and parts["first_pcm"] == pytest.approx(0.04)
+    assert parts["admission"] == pytest.approx(0.004) and parts["prefill"] == pytest.approx(0.016)
+    assert parts["first_rows"] == pytest.approx(0.03) and parts["first_pcm"] == pytest.approx(0.04)
     assert sum(parts.values()) == pytest.approx(0.23)
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 4, 5])
 def test_the_split_of_the_median_adds_up_to_the_median(count):
-    streams = [stream(10.0 * i, 0.001 * (i + 1), 0.05 + 0.01 * i, 0.2 - 0.02 * i, 0.03) for i in range(count)]
+    streams = [stream(10.0 * i, 0.001 * (i + 1), 0.01, 0.05 + 0.01 * i, 0.2 - 0.02 * i, 0.03) for i in range(count)]
     split = split_of_median(streams, "ttfa_s", "split_s")
     assert sum(split.values()) == pytest.approx(statistics.median(s["ttfa_s"] for s in streams))
 
 
 def test_the_split_of_the_median_is_the_middle_stream_or_the_mean_of_the_two():
-    fast, middle, slow = stream(0, 0.001, 0.01, 0.1, 0.01), stream(0, 0.002, 0.05, 0.1, 0.02), stream(0, 0.5, 0.2, 0.1, 0.01)
+    fast, middle, slow = stream(0, 0.001, 0.01, 0.01, 0.1, 0.01), stream(0, 0.002, 0.01, 0.05, 0.1, 0.02), stream(0, 0.5, 0.01, 0.2, 0.1, 0.01)
     assert split_of_median([slow, fast, middle], "ttfa_s", "split_s") == middle["split_s"]
-    pair = split_of_median([slow, middle, fast, stream(0, 9, 9, 9, 9)], "ttfa_s", "split_s")
+    pair = split_of_median([slow, middle, fast, stream(0, 9, 0.01, 9, 9, 9)], "ttfa_s", "split_s")
     assert pair["admission"] == pytest.approx((0.002 + 0.5) / 2)
 
 
 def test_a_round_reports_medians_over_its_streams_and_its_throughput():
-    streams = [stream(0, 0.001, 0.05, 0.1, 0.02, audio_s=2.0, wall_s=1.0),
-               stream(0, 0.003, 0.06, 0.1, 0.02, audio_s=2.0, wall_s=1.2),
-               stream(0, 0.002, 0.30, 0.1, 0.02, audio_s=2.0, wall_s=1.6)]
+    streams = [stream(0, 0.001, 0.01, 0.05, 0.1, 0.02, audio_s=2.0, wall_s=1.0),
+               stream(0, 0.003, 0.01, 0.06, 0.1, 0.02, audio_s=2.0, wall_s=1.2),
+               stream(0, 0.002, 0.01, 0.30, 0.1, 0.02, audio_s=2.0, wall_s=1.6)]
     figures = round_figures(streams, wall_s=1.6)
-    assert figures["ttfa_ms_median"] == pytest.approx(183)
-    assert figures["split_ms"] == pytest.approx({"admission": 3, "first_rows": 60, "first_window": 100, "first_pcm": 20})
+    assert figures["ttfa_ms_median"] == pytest.approx(193)
+    assert figures["split_ms"] == pytest.approx({"admission": 3, "prefill": 10, "first_rows": 60, "first_window": 100,
+                                                 "first_pcm": 20})
     assert figures["rtf_median"] == pytest.approx(0.6)
     assert figures["audio_s_per_s"] == pytest.approx(6.0 / 1.6)
 
 
 def test_a_level_reports_the_median_of_its_rounds_and_their_range():
-    rounds = [round_figures([stream(0, 0.002, 0.05 + 0.01 * i, 0.1, 0.02, wall_s=0.4 + 0.1 * i)], wall_s=0.4 + 0.1 * i)
+    rounds = [round_figures([stream(0, 0.002, 0.01, 0.05 + 0.01 * i, 0.1, 0.02, wall_s=0.4 + 0.1 * i)], wall_s=0.4 + 0.1 * i)
               for i in (2, 0, 1)]
     level = level_figures(rounds)
-    assert level["ttfa_ms_median"] == pytest.approx(182)
+    assert level["ttfa_ms_median"] == pytest.approx(192)
     assert level["rtf_median"] == pytest.approx(0.5)
     assert level["audio_s_per_s"] == pytest.approx(2.0)
     assert sum(level["split_ms"].values()) == pytest.approx(level["ttfa_ms_median"])
     spread = level["spread"]
-    assert spread["ttfa_ms"] == pytest.approx([172, 192])
+    assert spread["ttfa_ms"] == pytest.approx([182, 202])
     assert spread["rtf"] == pytest.approx([0.4, 0.6])
     assert spread["audio_s_per_s"] == pytest.approx([1 / 0.6, 2.5])
     assert spread["split_ms"]["first_rows"] == pytest.approx([50, 70])
@@ -78,20 +80,20 @@ def test_a_level_reports_the_median_of_its_rounds_and_their_range():
 class Engine:
     """An AsyncLLM stand-in: three outputs per request, vLLM's request stats on each."""
 
-    def __init__(self, scheduled_ts: float):
-        self.scheduled_ts, self.closed = scheduled_ts, []
+    def __init__(self, scheduled_ts: float, first_token_ts: float = 50.0):
+        self.scheduled_ts, self.first_token_ts, self.closed = scheduled_ts, first_token_ts, []
         self.model_config = "the engine's own"
 
     async def generate(self, prompt, params, request_id: str):
         try:
-            for step in range(3):
-                stats = SimpleNamespace(scheduled_ts=self.scheduled_ts + step)  # the first one counts
+            for step in range(3):  # the first output's instants count
+                stats = SimpleNamespace(scheduled_ts=self.scheduled_ts + step, first_token_ts=self.first_token_ts + step)
                 yield SimpleNamespace(request_id=request_id, metrics=stats)
         finally:
             self.closed.append(request_id)
 
 
-def test_admission_is_the_first_outputs_scheduling_instant():
+def test_admission_and_first_token_are_the_first_outputs_core_instants():
     async def run():
         engine = AdmissionTimes(Engine(scheduled_ts=42.5))
         outputs = [o async for o in engine.generate("prompt", "params", request_id="a")]
@@ -102,21 +104,24 @@ def test_admission_is_the_first_outputs_scheduling_instant():
 
     engine, outputs = asyncio.run(run())
     assert len(outputs) == 3 and engine.scheduled == {"a": 42.5, "b": 42.5}
+    assert engine.first_token == {"a": 50.0, "b": 50.0}
     assert engine.engine.closed == ["a", "b"], "closing early closes (aborts) the engine's stream"
     assert engine.model_config == "the engine's own"
 
 
-def test_admission_without_vllms_request_stats_is_an_error():
+@pytest.mark.parametrize("missing", ["scheduled_ts", "first_token_ts"])
+def test_admission_without_vllms_request_stats_is_an_error(missing):
     async def run():
-        async for _ in AdmissionTimes(Engine(scheduled_ts=0.0)).generate("prompt", "params", request_id="a"):
+        engine = Engine(**{"scheduled_ts": 42.5, missing: 0.0})
+        async for _ in AdmissionTimes(engine).generate("prompt", "params", request_id="a"):
             pass
 
-    with pytest.raises(RuntimeError, match="disable_log_stats"):
+    with pytest.raises(RuntimeError, match=f"metrics.{missing}.*disable_log_stats"):
         asyncio.run(run())
 
 
 def results() -> dict:
-    rounds = [round_figures([stream(0, 0.002, 0.05 + 0.01 * i, 0.1, 0.02)], wall_s=0.5) for i in range(3)]
+    rounds = [round_figures([stream(0, 0.002, 0.01, 0.05 + 0.01 * i, 0.1, 0.02)], wall_s=0.5) for i in range(3)]
     e2e = [{"concurrency": c, "streams": 3, **level_figures(rounds), "rounds": rounds} for c in (1, 4)]
     engine = [{"sampling": "greedy", "concurrency": 1, "ms_per_step": 4.0, "spread": {"ms_per_step": [3.9, 4.4]}}]
     phases = [{"name": "talker/default", "kind": "talker", "profile": "default", "runner": "v2", "status": "ok",
@@ -133,8 +138,8 @@ def results() -> dict:
 def test_the_table_prints_each_median_with_its_range():
     text = summary.table(results())
     assert "the median of 3 rounds" in text
-    assert "182 (172-192)" in text  # TTFA, ms
-    assert "   60 (50-70)" in text  # the first rows' part of the split
+    assert "192 (182-202)" in text  # TTFA, ms
+    assert "   60 (50-70)" in text and "   10 (10-10)" in text  # the first rows and prefill parts
     assert "4.00 (3.90-4.40)" in text and " 1.11" in text  # talker ms/step, the ratio to bare's 3.60
 
 

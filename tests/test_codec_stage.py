@@ -13,7 +13,7 @@ import torch
 from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
 from reference.codec.geometry import StreamGeometry
 from reference.codec.stage import CodecStage, CodecStageError, StreamClosed
-from reference.codec.streaming import agreement, stream_chunks
+from reference.codec.streaming import ChunkCutter, agreement, stream_chunks
 from reference.deploy.resolve import resolve_deployment
 
 pytestmark = pytest.mark.cpu
@@ -257,3 +257,22 @@ def test_on_cuda_batched_streams_stitch_into_the_offline_decode(size):
     for codes, chunks in zip(clips, streamed):
         measured = agreement(torch.cat(chunks), codec.decode(codes))
         assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], measured
+
+
+@pytest.mark.parametrize("geometry, lengths", [
+    (SMALL, [12, 18, 24, 26]),  # 2 + 10; then left context 2, 8, 10 (whole) + 6 + 10
+    (StreamGeometry(8, 25, 10, 10), [18, 43, 45]),  # the V2 default's
+    (StreamGeometry(1, 25, 25, 4), [5, 30, 54]),  # upstream's V1 geometry
+])
+def test_warm_decodes_each_window_length_a_stream_takes_once(geometry, lengths):
+    codec = fixture_codec()
+    stage = CodecStage(codec, max_batch_size=4, max_inflight_chunks=2, geometry=geometry)
+    decoded = []
+    real = codec.decode_batch
+    codec.decode_batch = lambda codes: decoded.append(tuple(codes.shape)) or real(codes)
+    assert stage.warm() == lengths
+    assert decoded == [(1, 8, n) for n in lengths]
+    cutter = ChunkCutter(geometry, 8)
+    cutter.add(torch.zeros(8, 500, dtype=torch.long))  # a long stream, before its end
+    assert {w.codes.shape[1] for w in cutter.windows()} == set(lengths), "every cut's length was warmed"
+    assert not stage.record.batches and stage.pending == 0, "a warm-up is no stream's batch"

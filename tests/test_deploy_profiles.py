@@ -26,6 +26,16 @@ from reference.deploy.stream_check import check_stream, measured_geometries
 
 pytestmark = pytest.mark.cpu
 SHIPPED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+# A prompt prefills in a piecewise CUDA graph up to this many tokens (a 10 s voice's prompt is 257
+# slots and its text): beyond the captured sizes vLLM runs the prefill without graphs, which on the
+# H200 took 32-53 ms of host launches for the benchmark's 91-token prompt (docs/speed.md).
+PROMPT_GRAPH_TOKENS = 512
+
+
+def decode_reach(engine_kwargs: dict) -> int:
+    """The largest capture size a decode batch reaches (<= max_num_seqs): its FULL graphs' reach."""
+    sizes = engine_kwargs["compilation_config"]["cudagraph_capture_sizes"]
+    return max(s for s in sizes if s <= engine_kwargs["max_num_seqs"])
 
 
 def test_shipped_profiles():
@@ -49,7 +59,7 @@ def test_default_profile_contract():
     assert d.config["model_runner"] == "prefer-v2" and d.runner == "v2"
     assert d.engine_kwargs["async_scheduling"] is True
     assert d.engine_kwargs["enforce_eager"] is False
-    assert max(d.engine_kwargs["compilation_config"]["cudagraph_capture_sizes"]) == 16
+    assert decode_reach(d.engine_kwargs) == 16
     assert (d.engine_kwargs["max_num_seqs"], d.engine_kwargs["max_model_len"]) == (16, 4096)
     assert d.geometry == DEFAULT_GEOMETRY and d.geometry_connector == "talker_to_code2wav"
     assert d.default_sampling_params == {"temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": 42, "max_tokens": 2048}
@@ -86,8 +96,7 @@ def test_h200_profile_is_larger_than_default():
     h200, default = resolve_deployment("h200_v2", "cuda"), resolve_deployment("default", "cuda")
     assert h200.config["model_runner"] == "v2"
     assert h200.engine_kwargs["max_num_seqs"] > default.engine_kwargs["max_num_seqs"]
-    sizes = h200.engine_kwargs["compilation_config"]["cudagraph_capture_sizes"]
-    assert max(sizes) == h200.engine_kwargs["max_num_seqs"] == h200.codec_stage["max_num_seqs"]
+    assert decode_reach(h200.engine_kwargs) == h200.engine_kwargs["max_num_seqs"] == h200.codec_stage["max_num_seqs"]
     assert h200.engine_kwargs["gpu_memory_utilization"] > default.engine_kwargs["gpu_memory_utilization"]
 
 
@@ -107,8 +116,7 @@ def test_high_throughput_v2_graphs_sequences_and_codec_batch_go_to_64():
     d = resolve_deployment("high_throughput_v2", "cuda")
     assert (d.runner, d.engine_kwargs["enforce_eager"], d.geometry) == ("v2", False, DEFAULT_GEOMETRY)
     assert d.engine_kwargs["compilation_config"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
-    sizes = d.engine_kwargs["compilation_config"]["cudagraph_capture_sizes"]
-    assert max(sizes) == d.engine_kwargs["max_num_seqs"] == d.codec_stage["max_num_seqs"] == 64
+    assert decode_reach(d.engine_kwargs) == d.engine_kwargs["max_num_seqs"] == d.codec_stage["max_num_seqs"] == 64
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -275,7 +283,19 @@ def test_eager_engine_gets_no_capture_sizes():
     assert eager["enforce_eager"] is True
     assert eager["compilation_config"] == {"cudagraph_mode": "NONE"}
     graphs = resolve_deployment("default", "cuda").engine_kwargs["compilation_config"]
-    assert graphs == {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8, 16]}
+    assert graphs == {"cudagraph_mode": "FULL_AND_PIECEWISE",
+                      "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]}
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_v2_profile_graphs_its_decode_batches_and_its_prompts(name):
+    d = resolve_deployment(name, "cuda")
+    if d.runner != "v2" or d.engine_kwargs["enforce_eager"]:
+        pytest.skip(f"{name} runs {d.runner}{', eager' if d.engine_kwargs['enforce_eager'] else ''} on cuda")
+    sizes = d.engine_kwargs["compilation_config"]["cudagraph_capture_sizes"]
+    assert decode_reach(d.engine_kwargs) == d.engine_kwargs["max_num_seqs"], "every decode batch in a graph"
+    assert max(sizes) == PROMPT_GRAPH_TOKENS, "prompts up to PROMPT_GRAPH_TOKENS prefill in a graph"
+    assert sizes == sorted(set(sizes))
 
 
 def test_stream_check():

@@ -19,6 +19,9 @@ def _built_as_expected(expected):
     return {key: want.value if want.compared else "chosen by vLLM" for key, want in expected.items()}
 
 
+SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]  # default.yaml's: decode batches up to 16, prompts up to 512
+
+
 def _build(platform="cpu", overrides=None, engine_args=None):
     deployment = resolve_deployment("default", platform, overrides or {})
     expected = expected_build(deployment, engine_args)
@@ -99,8 +102,8 @@ def test_keys_the_profile_sets_are_compared():
     _, expected, _ = _build("cuda", overrides)
     values = {k: e.value for k, e in expected.items() if e.compared}
     assert values == {
-        "runner": "v2", "cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8, 16],
-        "full_cudagraphs": [1, 2, 4, 8, 16], "piecewise_cudagraphs": [1, 2, 4, 8, 16], "max_num_seqs": 16,
+        "runner": "v2", "cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": SIZES,
+        "full_cudagraphs": [1, 2, 4, 8, 16], "piecewise_cudagraphs": SIZES, "max_num_seqs": 16,
         "max_model_len": 4096, "max_num_batched_tokens": 512, "async_scheduling": True,
         "enable_chunked_prefill": False, "enable_prefix_caching": False, "block_size": 64,
         "attention_backend": "FLEX_ATTENTION", "attention_backend_built": "FLEX_ATTENTION", "kv_cache_dtype": "fp8",
@@ -122,13 +125,13 @@ def test_full_graphs_asked_but_piecewise_built_is_caught():
 def test_full_graphs_are_expected_only_for_decode_batches_a_batch_can_reach():
     _, expected, _ = _build("cuda", {"stages.0.max_num_seqs": 4})
     assert expected["full_cudagraphs"].value == [1, 2, 4]
-    assert expected["piecewise_cudagraphs"].value == [1, 2, 4, 8, 16]
+    assert expected["piecewise_cudagraphs"].value == SIZES
 
 
 def test_full_decode_graphs_off_expects_no_full_graphs():
     _, expected, _ = _build("cuda", {"features.full_decode_cudagraphs": False})
     assert expected["cudagraph_mode"].value == "PIECEWISE"
-    assert expected["full_cudagraphs"].value == [] and expected["piecewise_cudagraphs"].value == [1, 2, 4, 8, 16]
+    assert expected["full_cudagraphs"].value == [] and expected["piecewise_cudagraphs"].value == SIZES
 
 
 def test_eager_expects_no_compilation_and_no_graphs():

@@ -117,3 +117,52 @@ def test_the_deadline_writes_the_verdict_and_rest_runs_what_was_left(stand_ins, 
     for name, result in verdict["checks"].items():
         expected = "passed" if result["outcome"] == "notrun" else result["outcome"]
         assert merged["checks"][name]["outcome"] == expected, name
+
+
+AREA = '''
+import os, pytest
+
+def test_skips_in_its_body():
+    pytest.skip("no tool here")
+
+def test_needs_a_tool():
+    assert os.environ.get("STAND_IN_TOOL") == "here", "the tool this check needs is not on this host"
+
+def test_other():
+    pass
+'''
+
+
+def test_again_runs_an_area_again_into_the_verdict(stand_ins, tmp_path):
+    out, path = tmp_path / "verdict.json", stand_ins(AREA)
+    first = gate_run(out, path, "-n", "0")
+    assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
+    verdict = json.loads(out.read_text())
+    before = outcomes(verdict)
+    assert before["test_needs_a_tool"]["outcome"] == "failed" and before["test_other"]["outcome"] == "passed"
+    assert before["test_skips_in_its_body"] == {"outcome": "skipped", "reason": "no tool here"}
+    out.write_text(json.dumps({**verdict, "speed": {"written by": "gate_speed"}}))
+
+    refused = gate_run(out, "--rest", str(out), "-n", "0")  # nothing notrun, nothing asked again
+    assert refused.returncode == 2 and "no check left to run" in refused.stderr, refused.stderr
+
+    again = subprocess.run([sys.executable, "-m", "conformance.tools.gate_run", str(out), "--rest", str(out),
+                            "--again", f"{path}::test_needs_a_tool", "-n", "0"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), "STAND_IN_TOOL": "here"})
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    merged = json.loads(out.read_text())
+    assert outcomes(merged)["test_needs_a_tool"]["outcome"] == "passed" and len(merged["runs"]) == 2
+    assert outcomes(merged)["test_other"] == before["test_other"]
+    assert merged["counts"] == {"passed": 2, "skipped": 1}
+    assert merged["speed"] == {"written by": "gate_speed"}, "the verdict's own keys stay"
+    assert merged["pytest_args"] == verdict["pytest_args"] and f"{path}::test_needs_a_tool" in merged["runs"][1]["pytest_args"]
+
+
+def test_rest_refuses_a_verdict_of_another_vllm(stand_ins, tmp_path):
+    out = tmp_path / "verdict.json"
+    assert gate_run(out, stand_ins(AREA), "-n", "0").returncode == 1
+    verdict = json.loads(out.read_text())
+    (tmp_path / "other.json").write_text(json.dumps({**verdict, "vllm": "0.0.1"}))
+    run = gate_run(tmp_path / "merged.json", "--rest", str(tmp_path / "other.json"), "--again", stand_ins(AREA), "-n", "0")
+    assert run.returncode == 2 and "same vLLM, platform and weights" in run.stderr, run.stderr
+    assert not (tmp_path / "merged.json").exists()

@@ -1,5 +1,6 @@
 """The server reads back what vLLM built before it serves: a build other than the resolved
-profile fails its start naming the key, and the engine is shut down after a failed start too."""
+profile fails its start naming the key, and the engine is shut down after a failed start too.
+After the read-back the code2wav stage is warmed; a failed read-back warms nothing."""
 
 import asyncio
 
@@ -8,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from reference.deploy.readback import BuildMismatch, expected_build
 from reference.deploy.resolve import resolve_deployment
-from reference.serve.__main__ import check_engine_build
+from reference.serve.__main__ import check_engine_build, start
 from reference.serve.app import build_app
 from reference.serve.metrics import ServeMetrics
 from tests.test_serve_app import EXACT, FakeService, FakeSpeaker
@@ -41,6 +42,25 @@ def test_a_build_other_than_the_profile_fails_naming_the_key_and_both_values():
     built = {**as_profile_asks(deployment), "max_num_seqs": 3}
     with pytest.raises(BuildMismatch, match=r"max_num_seqs: vLLM built 3, the profile resolved \d+"):
         asyncio.run(check_engine_build(ReportingEngine([built]), deployment))
+
+
+class WarmingStage:
+    def __init__(self):
+        self.warmed = 0
+
+    def warm(self):
+        self.warmed += 1
+        return [18, 43, 45]
+
+
+def test_the_start_reads_back_the_build_then_warms_the_stage():
+    deployment, stage = resolve_deployment("default", "cpu"), WarmingStage()
+    asyncio.run(start(ReportingEngine([as_profile_asks(deployment)]), deployment, stage))
+    assert stage.warmed == 1
+    built = {**as_profile_asks(deployment), "max_num_seqs": 3}
+    with pytest.raises(BuildMismatch):
+        asyncio.run(start(ReportingEngine([built]), deployment, stage))
+    assert stage.warmed == 1, "a refused build warms nothing"
 
 
 def service():

@@ -16,7 +16,8 @@ reference/compat.py; with HIGGS_WEIGHTS=real, <platform>-<pinned version>-real.j
 when the candidate regresses or the two ran different weights (conformance/tools/gate_diff.py), 2 on
 usage errors or a real-weights run refused for want of HIGGS_V3_CHECKPOINT, 3 for a vLLM version
 reference/compat.py does not know, 4 when the run's --deadline came first (the verdict is written,
-its unstarted checks `notrun`: `--rest VERDICT` runs them). A check past --test-timeout is an error
+its unstarted checks `notrun`: `--rest VERDICT` runs them; `--rest VERDICT --again PATH` also runs
+the checks under PATH again into it). A check past --test-timeout is an error
 naming its group, and the run goes on (conformance/tools/gate_watch.py). A baseline is a verdict of the pinned version:
 `--out golden/gate/cpu-0.32.0.json` rewrites it.
 """
@@ -73,9 +74,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rest", type=Path, metavar="VERDICT",
                    help="run the notrun checks of this incomplete verdict and write both runs as one (to --out, "
                         "default the same file)")
+    p.add_argument("--again", action="append", default=[], metavar="PATH",
+                   help="with --rest: run the checks under PATH (a test file or folder) again too, their outcomes "
+                        "replacing the verdict's (an area whose tools a later sitting brought)")
     p.add_argument("--verdict", type=Path, help="diff this verdict of an earlier run instead of running the suite")
     p.add_argument("--matrix", type=Path, nargs="+", metavar="VERDICT", help="print these verdicts as a table; nothing runs")
     args = p.parse_args(argv)
+    if args.again and not args.rest:
+        p.error("--again PATH runs checks again into a verdict: give the verdict with --rest VERDICT")
     args.pytest_args = extra
     return args
 
@@ -134,7 +140,8 @@ def run_suite(args: argparse.Namespace) -> tuple[dict | None, int]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     limits = [*(["--deadline", str(args.deadline)] if args.deadline else []),
               *(["--test-timeout", str(args.test_timeout)] if args.test_timeout else []),
-              *(["--rest", str(args.rest.resolve())] if args.rest else [])]
+              *(["--rest", str(args.rest.resolve())] if args.rest else []),
+              *[a for path in args.again for a in ("--again", path)]]
     command = [python, "-m", "conformance.tools.gate_run", str(scratch), *limits, *args.pytest_args]
     code = subprocess.run(command, cwd=ROOT, env=env).returncode
     if code == 3 or not scratch.exists():  # an unknown version (gate_run said so), or a crash

@@ -1,7 +1,7 @@
 """One upgrade-gate run inside the environment of the vLLM under test: every check's outcome and
 every measured figure, written as a verdict (JSON). conformance/tools/gate.py starts it and diffs.
 
-    python -m conformance.tools.gate_run OUT.json [--deadline S] [--test-timeout S] [--rest VERDICT] [pytest args...]
+    python -m conformance.tools.gate_run OUT.json [--deadline S] [--test-timeout S] [--rest VERDICT [--again PATH]...] [pytest args...]
 
 The suite is the one of the platform's job: on a CPU `pytest -m "not gpu"` (tox -e cpu-dummy), on
 a CUDA machine `pytest -m "gpu or engine or every_platform" -n 4 --dist loadgroup` (tox -e gpu); with
@@ -15,7 +15,9 @@ dummy weights.
 whatever hangs: a hung check is an `error` with `"timeout": true`, naming the limit and its group;
 at the deadline the checks not started, and those it cut short, are `notrun` and the verdict says
 `"complete": false`. `--rest VERDICT` runs that verdict's `notrun` checks and writes the two runs
-merged (format 3).
+merged (format 3); with `--again PATH` (a test file or folder, repeatable) the checks under PATH run
+again too, their new outcomes replacing the earlier ones: an area whose tools a later sitting
+brought (the GPU's quality area, docs/gate.md). Both runs must be of one vLLM on one platform.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from conformance import weights
-from conformance.tools import gate_watch
+from conformance.tools import gate_diff, gate_watch
 from conformance.environment import CPU_WORKERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +102,7 @@ class VerdictCollector:
             elif report.skipped:
                 self._set(report.nodeid, "skipped", _reason(report))
         elif report.when == "call":
-            self._set(report.nodeid, report.outcome, _reason(report) if report.failed else "")
+            self._set(report.nodeid, report.outcome, _reason(report) if report.failed or report.skipped else "")
         elif report.failed and self.checks.get(check_id(report.nodeid), {}).get("outcome") not in FAILING:
             self._set(report.nodeid, "error", "teardown: " + _reason(report))
         for name, value in getattr(report, "user_properties", ()):
@@ -155,32 +157,42 @@ def count(checks: dict[str, dict]) -> dict[str, int]:
 
 
 def merge(earlier: dict, later: dict) -> dict:
-    """An incomplete verdict and the run of its `notrun` checks, as one verdict."""
+    """A verdict and the run of its `notrun` checks (and of those asked for `--again`), as one verdict."""
     checks = {**earlier["checks"], **later["checks"]}
     runs = earlier.get("runs") or [{"seconds": earlier["seconds"], "pytest_exit": earlier["pytest_exit"]}]
-    return {**later, "checks": dict(sorted(checks.items())), "counts": count(checks),
+    # The earlier verdict's own keys (its suite's pytest_args, gate_speed's `speed`) stay; this run's
+    # arguments go with its entry in `runs`.
+    return {**earlier, **later, "pytest_args": earlier["pytest_args"],
+            "checks": dict(sorted(checks.items())), "counts": count(checks),
             "figures": dict(sorted({**earlier.get("figures", {}), **later.get("figures", {})}.items())),
             "seconds": earlier["seconds"] + later["seconds"],
             "pytest_exit": max(earlier["pytest_exit"], later["pytest_exit"]),
             "real_weight_checks_run": earlier.get("real_weight_checks_run", 0) + later.get("real_weight_checks_run", 0),
-            "runs": [*runs, {"seconds": later["seconds"], "pytest_exit": later["pytest_exit"]}]}
+            "runs": [*runs, {"seconds": later["seconds"], "pytest_exit": later["pytest_exit"],
+                             "pytest_args": later["pytest_args"]}]}
 
 
 def parse_gate_options(argv: list[str]) -> tuple[dict, list[str]]:
-    """gate_run's own options (before the pytest arguments): deadline, test_timeout, rest."""
-    options: dict = {"deadline": None, "test_timeout": None, "rest": None}
-    names = {"--deadline": ("deadline", float), "--test-timeout": ("test_timeout", float), "--rest": ("rest", Path)}
+    """gate_run's own options (before the pytest arguments): deadline, test_timeout, rest, again."""
+    options: dict = {"deadline": None, "test_timeout": None, "rest": None, "again": []}
+    names = {"--deadline": ("deadline", float), "--test-timeout": ("test_timeout", float), "--rest": ("rest", Path),
+             "--again": ("again", str)}
     argv = list(argv)
     while argv and argv[0] in names:
         if len(argv) < 2:
             raise SystemExit(f"gate_run: {argv[0]} needs a value")
         key, kind = names[argv.pop(0)]
-        options[key] = kind(argv.pop(0))
+        if key == "again":
+            options["again"].append(argv.pop(0))
+        else:
+            options[key] = kind(argv.pop(0))
+    if options["again"] and options["rest"] is None:
+        raise SystemExit("gate_run: --again PATH runs checks again into a verdict: give it with --rest VERDICT")
     return options, argv
 
 
 def run(out: Path, extra: list[str], deadline: float | None = None, test_timeout: float | None = None,
-        rest: Path | None = None) -> int:
+        rest: Path | None = None, again: list[str] = ()) -> int:
     from reference import compat
 
     try:
@@ -196,11 +208,20 @@ def run(out: Path, extra: list[str], deadline: float | None = None, test_timeout
         print(f"gate: {error}", file=sys.stderr)
         return 2
     earlier = json.loads(rest.read_text()) if rest else None
-    only = sorted(c for c, r in earlier["checks"].items() if r["outcome"] == "notrun") if earlier else []
+    notrun = sorted(c for c, r in earlier["checks"].items() if r["outcome"] == "notrun") if earlier else []
+    only = notrun + list(again)
     if earlier is not None and not only:
-        print(f"gate: {rest} has no check left to run", file=sys.stderr)
+        print(f"gate: {rest} has no check left to run (--again PATH runs a file or folder of checks again)",
+              file=sys.stderr)
         return 2
     platform_name = detect_platform()
+    if earlier is not None:
+        ran = {"platform": earlier["platform"], "vllm": earlier["vllm"], "weights": weights.identity(gate_diff.weights(earlier))}
+        here = {"platform": platform_name, "vllm": version, "weights": weights.identity(weights.describe(chosen))}
+        if ran != here:
+            print(f"gate: {rest} ran {ran}, this run would be {here}: --rest completes a verdict with runs of the "
+                  "same vLLM, platform and weights only", file=sys.stderr)
+            return 2
     collector = VerdictCollector()
     args = ["-q", "-p", "no:cacheprovider", *suite_args(platform_name, chosen), *extra]
     watch_dir = None
@@ -226,7 +247,7 @@ def run(out: Path, extra: list[str], deadline: float | None = None, test_timeout
             "known_differences": [d.name for d in compat.DIFFERENCES if d.applies(version)],
             "weights": weights.describe(collector.weights or chosen),
             "real_weight_checks_run": collector.real_checks_ran,
-            "pytest_args": [a for a in args[3:] if a not in only],
+            "pytest_args": [a for a in args[3:] if a not in notrun],
             "pytest_exit": code,
             "seconds": round(time.monotonic() - start),
             "date": time.strftime("%Y-%m-%d", time.gmtime()),

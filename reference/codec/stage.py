@@ -22,11 +22,15 @@ files never do).
   nothing reaches a closed stream. A failed decode fails every chunk of its batch with
   CodecStageError, which their consumers raise; the worker goes on with the rest.
 - `record`: decodes per batch size, the most chunks in flight of any stream, the chunks dropped.
+- `warm()`: a window of each length a stream's cuts take, decoded once before the first stream (a
+  server at its start), so no request pays the decoder's first-use costs (kernel loading, the
+  allocator's first blocks); nothing is delivered or recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 
 import torch
@@ -34,7 +38,7 @@ import torch
 from reference.codec.geometry import StreamGeometry
 from reference.codec.model import Codec
 from reference.codec.stage_stream import Job, StageRecord, StageStream, StreamClosed, feed
-from reference.codec.streaming import Window
+from reference.codec.streaming import ChunkCutter, Window
 
 __all__ = ["CodecStage", "CodecStageError", "StageRecord", "StageStream", "StreamClosed"]
 
@@ -76,6 +80,21 @@ class CodecStage:
         extra = (deployment.connectors.get(deployment.geometry_connector) or {}).get("extra") or {}
         inflight = extra.get("max_inflight_chunks", DEFAULT_MAX_INFLIGHT_CHUNKS)
         return cls(codec, batch, inflight, deployment.geometry)
+
+    def warm(self) -> list[int]:
+        """Decodes one window of each length the geometry's cuts take up to the steady chunks (the
+        first chunk's, then each later one's until its left context is whole); the lengths, in
+        frames. Blocking: run it before serving, or in a thread."""
+        if self.geometry is None:
+            raise ValueError("CodecStage.warm: no geometry; build the stage with CodecStage.from_deployment")
+        g, books = self.geometry, self.codec.cfg.num_codebooks
+        cutter = ChunkCutter(g, books)
+        steady = g.first_chunk_frames + (2 + math.ceil(g.left_context_frames / g.chunk_frames)) * g.chunk_frames
+        cutter.add(torch.zeros(books, steady + g.right_holdback_frames, dtype=torch.long))
+        lengths = list(dict.fromkeys(w.codes.shape[1] for w in cutter.windows()))
+        for length in lengths:
+            self.codec.decode_batch(torch.zeros(1, books, length, dtype=torch.long)).cpu()  # .cpu(): waits for it
+        return lengths
 
     @property
     def pending(self) -> int:

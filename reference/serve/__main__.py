@@ -12,14 +12,18 @@ max_num_seqs, with the resolved geometry and the connector's max_inflight_chunks
 That geometry also sets what a request without `stream_format` gets (protocol.StreamDefault):
 streamed audio where it stitches exactly, one whole response where it is lossy.
 `--voices DIR` adds a named voice per DIR/NAME.wav (transcript: NAME.txt).
-Before serving, what vLLM built is read back and compared with the profile (reference/deploy/readback.py).
+Before serving, what vLLM built is read back and compared with the profile (reference/deploy/readback.py),
+and the code2wav stage decodes a window of each length once (CodecStage.warm), so the first
+request's audio does not wait for the decoder's first use.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -65,6 +69,15 @@ def build_service(args):
     return service, engine, deployment
 
 
+async def start(engine, deployment, stage) -> None:
+    """Before the first request: what vLLM built is read back, then the code2wav stage is warmed."""
+    await check_engine_build(engine, deployment)
+    began = time.monotonic()
+    lengths = await asyncio.to_thread(stage.warm)
+    logging.getLogger("higgs_ref.serve").info("warmed the code2wav stage: windows of %s frames in %.0f ms",
+                                              ", ".join(map(str, lengths)), 1000 * (time.monotonic() - began))
+
+
 async def check_engine_build(engine, deployment) -> None:
     """Fails the server's start when what vLLM built differs from the resolved profile: every
     worker reads back its build (reference/deploy/readback.py), BuildMismatch names each key."""
@@ -102,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # an invalid profile, override or platform
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    app = build_app(service, on_startup=lambda: check_engine_build(engine, deployment), on_shutdown=engine.shutdown)
+    app = build_app(service, on_startup=lambda: start(engine, deployment, service.speaker.api.stage),
+                    on_shutdown=engine.shutdown)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
     return 0
 
