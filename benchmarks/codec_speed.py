@@ -1,0 +1,93 @@
+"""Can the code2wav stage keep up? The codec's decode time per batch of steady windows, against
+the audio the talker makes per step.
+
+    python -m benchmarks.codec_speed --profile default --batches 1 16 64 --out-dir DIR
+
+A steady chunk of the profile's geometry decodes a window of left context + chunk + holdback
+frames (45 under `default`: 10 + 25 + 10) and emits the chunk (25 frames, 1 s of audio). Per
+batch size B this times `Codec.decode_batch` on B such windows (the stage's own call, on the
+stage's device, float32 as the stage loads it), after warm-up decodes, `--repeats` times, and
+reports the median and range in ms, and the stage's capacity: B chunks of audio per decode, in
+audio seconds per second. The talker, at c streams and `--step-ms` per step, makes c frames of
+audio a step (c x 0.04 s): where the capacity at B = c is below that, the stage falls behind and
+first audio waits (docs/speed.md: first PCM at 16 and 64 streams). Writes DIR/codec_speed.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+
+def time_decodes(codec, windows: torch.Tensor, repeats: int, warmup: int = 3) -> list[float]:
+    """ms per `codec.decode_batch(windows)`, each waited for (the PCM copied to the host, as a chunk
+    leaving the stage is)."""
+    for _ in range(warmup):
+        codec.decode_batch(windows).cpu()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        codec.decode_batch(windows).cpu()
+        samples.append(1000 * (time.perf_counter() - start))
+    return samples
+
+
+def measure(codec, geometry, batches: list[int], repeats: int, step_ms: float) -> list[dict]:
+    window = geometry.left_context_frames + geometry.chunk_frames + geometry.right_holdback_frames
+    frame_s = codec.hop_length / codec.sample_rate
+    chunk_s = geometry.chunk_frames * frame_s
+    rows = []
+    for batch in batches:
+        codes = torch.randint(0, 1024, (batch, codec.cfg.num_codebooks, window),
+                              generator=torch.Generator().manual_seed(batch))
+        samples = time_decodes(codec, codes, repeats)
+        ms = statistics.median(samples)
+        rows.append({
+            "batch": batch, "window_frames": window, "ms_per_decode": ms, "spread_ms": [min(samples), max(samples)],
+            "capacity_audio_s_per_s": batch * chunk_s / (ms / 1000),
+            "talker_audio_s_per_s": batch * frame_s / (step_ms / 1000),  # c = batch streams, one frame a step
+        })
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.codec_speed", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="default", help="deploy profile: its geometry and the codec's device")
+    parser.add_argument("--size", default="4b", help="dummy checkpoint shape: tiny | 4b")
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 16, 64])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--step-ms", type=float, default=4.0, help="the talker's step at those batches (H200: about 4)")
+    parser.add_argument("--platform", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU")
+    parser.add_argument("--out-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+
+    from higgs_dummy.cache import cached_checkpoint
+    from reference.codec.model import load_codec
+    from reference.deploy.resolve import resolve_deployment
+    from reference.talker.engine import stage_device
+
+    platform = args.platform or ("cuda" if torch.cuda.is_available() else "cpu")
+    deployment = resolve_deployment(args.profile, platform)
+    device = stage_device(deployment, deployment.codec_stage)
+    codec = load_codec(cached_checkpoint(args.size, 0, "no_eoc"), device=device)
+    rows = measure(codec, deployment.geometry, args.batches, args.repeats, args.step_ms)
+    print(f"codec on {device}, {args.size} checkpoint, {deployment.profile}: windows of {rows[0]['window_frames']} frames")
+    print(f"{'batch':>5} {'ms/decode':>18} {'stage audio s/s':>16} {'talker audio s/s':>17}")
+    for r in rows:
+        low, high = r["spread_ms"]
+        print(f"{r['batch']:>5} {r['ms_per_decode']:>7.2f} ({low:.2f}-{high:.2f}) {r['capacity_audio_s_per_s']:>16.1f} "
+              f"{r['talker_audio_s_per_s']:>17.1f}")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    out = {"profile": deployment.profile, "platform": platform, "device": str(device), "size": args.size,
+           "step_ms": args.step_ms, "torch": torch.__version__, "rows": rows}
+    (args.out_dir / "codec_speed.json").write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""The codec-speed benchmark (benchmarks/codec_speed.py) times the stage's own decode on windows
+of the geometry's steady length and turns it into the stage's capacity; tiny codec, CPU."""
+
+import json
+
+import pytest
+
+from benchmarks import codec_speed
+from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
+from reference.codec.geometry import StreamGeometry
+
+pytestmark = pytest.mark.cpu
+SMALL = StreamGeometry(first_chunk_frames=2, chunk_frames=6, left_context_frames=10, right_holdback_frames=10)
+
+
+def test_each_batch_decodes_steady_windows_and_reports_the_stages_capacity():
+    codec, decoded = fixture_codec(), []
+    real = codec.decode_batch
+    codec.decode_batch = lambda codes: decoded.append(tuple(codes.shape)) or real(codes)
+    with one_torch_thread():
+        rows = codec_speed.measure(codec, SMALL, [1, 3], repeats=2, step_ms=4.0)
+    assert set(decoded) == {(1, 8, 26), (3, 8, 26)} and len(decoded) == 2 * (3 + 2)  # warm-up + timed
+    for row, batch in zip(rows, [1, 3]):
+        low, high = row["spread_ms"]
+        assert row["batch"] == batch and row["window_frames"] == 26 and 0 < low <= row["ms_per_decode"] <= high
+        assert row["capacity_audio_s_per_s"] == pytest.approx(batch * 6 * 0.04 / (row["ms_per_decode"] / 1000))
+        assert row["talker_audio_s_per_s"] == pytest.approx(batch * 0.04 / 0.004)
+
+
+def test_the_command_writes_its_figures(tmp_path):
+    with one_torch_thread():
+        assert codec_speed.main(["--size", "tiny", "--batches", "2", "--repeats", "1", "--platform", "cpu",
+                                 "--out-dir", str(tmp_path)]) == 0
+    out = json.loads((tmp_path / "codec_speed.json").read_text())
+    assert out["device"] == "cpu" and [r["batch"] for r in out["rows"]] == [2]
+    assert out["rows"][0]["window_frames"] == 25 + 25 + 4  # default on a CPU: the V1 geometry
