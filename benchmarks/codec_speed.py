@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.spread import spread
+
 
 def time_decodes(codec, windows: torch.Tensor, repeats: int, warmup: int = 3) -> list[float]:
     """ms per `codec.decode_batch(windows)`, each waited for (the PCM copied to the host, as a chunk
@@ -48,7 +50,7 @@ def measure(codec, geometry, batches: list[int], repeats: int, step_ms: float) -
         samples = time_decodes(codec, codes, repeats)
         ms = statistics.median(samples)
         rows.append({
-            "batch": batch, "window_frames": window, "ms_per_decode": ms, "spread_ms": [min(samples), max(samples)],
+            "batch": batch, "window_frames": window, "ms_per_decode": ms, "spread_ms": spread(samples),
             "capacity_audio_s_per_s": batch * chunk_s / (ms / 1000),
             "talker_audio_s_per_s": batch * frame_s / (step_ms / 1000),  # c = batch streams, one frame a step
         })
