@@ -5,12 +5,14 @@ the audio the talker makes per step.
 
 A steady chunk of the profile's geometry decodes a window of left context + chunk + holdback
 frames (45 under `default`: 10 + 25 + 10) and emits the chunk (25 frames, 1 s of audio). Per
-batch size B this times `Codec.decode_batch` on B such windows (the stage's own call, on the
-stage's device, float32 as the stage loads it), after warm-up decodes, `--repeats` times, and
-reports the median and range in ms, and the stage's capacity: B chunks of audio per decode, in
-audio seconds per second. The talker, at c streams and `--step-ms` per step, makes c frames of
-audio a step (c x 0.04 s): where the capacity at B = c is below that, the stage falls behind and
-first audio waits (docs/speed.md: first PCM at 16 and 64 streams). Writes DIR/codec_speed.json.
+batch size B this times the stage's own decode (CodecStage.decode_windows, warmed as a server
+warms it, on the stage's device, float32 as the stage loads it) on B such windows, the chunks
+copied to the host, after warm-up decodes, `--repeats` times, and reports the median and range in
+ms, and the stage's capacity: B chunks of audio per decode, in audio seconds per second. On CUDA
+each batch is timed twice: replaying the warm-up's CUDA graph (`path` graph) and eagerly. The
+talker, at c streams and `--step-ms` per step, makes c frames of audio a step (c x 0.04 s): where
+the capacity at B = c is below that, the stage falls behind and first audio waits (docs/speed.md:
+first PCM at 16 and 64 streams). Writes DIR/codec_speed.json.
 """
 
 from __future__ import annotations
@@ -24,36 +26,44 @@ from pathlib import Path
 import torch
 
 from benchmarks.spread import spread
+from reference.codec.stage import CodecStage
+from reference.codec.streaming import Window
 
 
-def time_decodes(codec, windows: torch.Tensor, repeats: int, warmup: int = 3) -> list[float]:
-    """ms per `codec.decode_batch(windows)`, each waited for (the PCM copied to the host, as a chunk
-    leaving the stage is)."""
+def time_decodes(stage: CodecStage, windows: list[Window], repeats: int, warmup: int = 3) -> list[float]:
+    """ms per `stage.decode_windows(windows)`, each waited for (its chunks copied to the host, as
+    they leave the stage)."""
     for _ in range(warmup):
-        codec.decode_batch(windows).cpu()
+        [chunk.cpu() for chunk in stage.decode_windows(windows)]
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
-        codec.decode_batch(windows).cpu()
+        [chunk.cpu() for chunk in stage.decode_windows(windows)]
         samples.append(1000 * (time.perf_counter() - start))
     return samples
 
 
 def measure(codec, geometry, batches: list[int], repeats: int, step_ms: float) -> list[dict]:
-    window = geometry.left_context_frames + geometry.chunk_frames + geometry.right_holdback_frames
+    g = geometry
+    window = g.left_context_frames + g.chunk_frames + g.right_holdback_frames
     frame_s = codec.hop_length / codec.sample_rate
-    chunk_s = geometry.chunk_frames * frame_s
-    rows = []
+    chunk_s = g.chunk_frames * frame_s
+    stage = CodecStage(codec, max(batches), 2, geometry)
+    stage.warm()
+    graphs, rows = stage.graphs, []
     for batch in batches:
         codes = torch.randint(0, 1024, (batch, codec.cfg.num_codebooks, window),
                               generator=torch.Generator().manual_seed(batch))
-        samples = time_decodes(codec, codes, repeats)
-        ms = statistics.median(samples)
-        rows.append({
-            "batch": batch, "window_frames": window, "ms_per_decode": ms, "spread_ms": spread(samples),
-            "capacity_audio_s_per_s": batch * chunk_s / (ms / 1000),
-            "talker_audio_s_per_s": batch * frame_s / (step_ms / 1000),  # c = batch streams, one frame a step
-        })
+        windows = [Window(c, g.left_context_frames, g.chunk_frames) for c in codes]
+        for path in ["graph", "eager"] if graphs is not None else ["eager"]:
+            stage.graphs = graphs if path == "graph" else None
+            samples = time_decodes(stage, windows, repeats)
+            ms = statistics.median(samples)
+            rows.append({
+                "batch": batch, "path": path, "window_frames": window, "ms_per_decode": ms,
+                "spread_ms": spread(samples), "capacity_audio_s_per_s": batch * chunk_s / (ms / 1000),
+                "talker_audio_s_per_s": batch * frame_s / (step_ms / 1000),  # c = batch streams, one frame a step
+            })
     return rows
 
 
@@ -79,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     codec = load_codec(cached_checkpoint(args.size, 0, "no_eoc"), device=device)
     rows = measure(codec, deployment.geometry, args.batches, args.repeats, args.step_ms)
     print(f"codec on {device}, {args.size} checkpoint, {deployment.profile}: windows of {rows[0]['window_frames']} frames")
-    print(f"{'batch':>5} {'ms/decode':>18} {'stage audio s/s':>16} {'talker audio s/s':>17}")
+    print(f"{'batch':>5} {'path':>5} {'ms/decode':>18} {'stage audio s/s':>16} {'talker audio s/s':>17}")
     for r in rows:
         low, high = r["spread_ms"]
-        print(f"{r['batch']:>5} {r['ms_per_decode']:>7.2f} ({low:.2f}-{high:.2f}) {r['capacity_audio_s_per_s']:>16.1f} "
-              f"{r['talker_audio_s_per_s']:>17.1f}")
+        print(f"{r['batch']:>5} {r['path']:>5} {r['ms_per_decode']:>7.2f} ({low:.2f}-{high:.2f}) "
+              f"{r['capacity_audio_s_per_s']:>16.1f} {r['talker_audio_s_per_s']:>17.1f}")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out = {"profile": deployment.profile, "platform": platform, "device": str(device), "size": args.size,
            "step_ms": args.step_ms, "torch": torch.__version__, "rows": rows}

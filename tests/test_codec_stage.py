@@ -12,6 +12,7 @@ import torch
 
 from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
 from reference.codec.geometry import StreamGeometry
+from reference.codec.graphs import DecodeGraphs, batch_buckets
 from reference.codec.stage import CodecStage, CodecStageError, StreamClosed
 from reference.codec.streaming import ChunkCutter, agreement, stream_chunks
 from reference.deploy.resolve import resolve_deployment
@@ -155,7 +156,7 @@ def test_closing_the_stream_iterator_closes_its_source():
 
 def test_a_codec_failure_reaches_every_stream_of_the_batch_and_the_stage_goes_on():
     stage = CodecStage(fixture_codec(), 4, 2)
-    real, calls = stage._decode, []
+    real, calls = stage.decode_windows, []
 
     def failing(windows):
         calls.append(len(windows))
@@ -163,7 +164,7 @@ def test_a_codec_failure_reaches_every_stream_of_the_batch_and_the_stage_goes_on
             raise RuntimeError("CUDA out of memory (planted)")
         return real(windows)
 
-    stage._decode = failing
+    stage.decode_windows = failing
 
     async def run():
         streams = [stage.open(SMALL) for _ in range(2)]
@@ -198,14 +199,14 @@ def test_a_source_failure_reaches_the_consumer():
 
 def test_decoding_runs_off_the_event_loop():
     stage = CodecStage(fixture_codec(), 4, 2)
-    real, threads = stage._decode, []
+    real, threads = stage.decode_windows, []
 
     def slow(windows):
         threads.append(threading.current_thread())
         time.sleep(0.5)
         return real(windows)
 
-    stage._decode = slow
+    stage.decode_windows = slow
 
     async def run():
         ticks = 0
@@ -257,6 +258,43 @@ def test_on_cuda_batched_streams_stitch_into_the_offline_decode(size):
     for codes, chunks in zip(clips, streamed):
         measured = agreement(torch.cat(chunks), codec.decode(codes))
         assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], measured
+
+
+@pytest.mark.gpu
+def test_on_cuda_warm_captures_every_bucket_and_replays_stitch_into_the_offline_decode():
+    codec = copy.deepcopy(fixture_codec("tiny")).to("cuda")
+    stage = CodecStage(codec, 8, 2, geometry=SMALL)
+    lengths = stage.warm()
+    assert stage.graphs.captured == [(b, n) for n in lengths for b in (8, 4, 2, 1)]
+    eager, real = [], codec.decode_batch
+    codec.decode_batch = lambda codes: eager.append(codes.shape[2]) or real(codes)
+    clips = [codes_of(60, seed) for seed in range(3)]  # 3 streams: bucket 4, its last row code 0
+    streamed = asyncio.run(lockstep(stage, clips))
+    codec.decode_batch = real
+    assert stage.record.replayed == stage.record.batches.total() - len(eager) > 0
+    assert eager and not set(eager) & set(lengths), "only the last chunks' lengths decode eagerly"
+    for codes, chunks in zip(clips, streamed):
+        measured = agreement(torch.cat(chunks), codec.decode(codes))
+        assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], measured
+    bad = torch.stack([codes_of(lengths[0], 1)])
+    bad[0, 3, 2] = 1025  # EOC: must be named, not read past the codebook inside the graph
+    with pytest.raises(ValueError, match=r"out of range at \[codebook, frame\]: \[3, 2\]=1025"):
+        stage.graphs.decode(bad)
+
+
+def test_graph_buckets_and_where_graphs_are_refused():
+    assert batch_buckets(1) == [1]
+    assert batch_buckets(4) == [1, 2, 4]
+    assert batch_buckets(16) == [1, 2, 4, 8, 16]
+    assert batch_buckets(20) == [1, 2, 4, 8, 16, 20]
+    assert batch_buckets(64) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    with pytest.raises(ValueError, match="need the codec on a CUDA device, it is on cpu"):
+        DecodeGraphs(fixture_codec(), 4)
+    stage = CodecStage(fixture_codec(), 4, 2, geometry=SMALL)
+    stage.warm()
+    assert stage.graphs is None  # on the CPU every batch decodes eagerly
+    asyncio.run(lockstep(stage, [codes_of(30, 1)]))
+    assert stage.record.replayed == 0 and stage.record.batches
 
 
 @pytest.mark.parametrize("geometry, lengths", [

@@ -130,11 +130,11 @@ class Codec(nn.Module):
             )
 
     def quantized(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes [8, T] -> fc2 output [1, 256, T] (the DAC decoder's input)."""
-        vectors = torch.stack([self.codebooks[q][codes[q]] for q in range(len(codes))])  # [8, T, 64]
-        projected = torch.einsum("qtd,qhd->qth", vectors, self.project_out_weight)  # [8, T, 1024]
-        summed = (projected + self.project_out_bias[:, None, :]).sum(0)  # [T, 1024]
-        return self.fc2(summed).T.unsqueeze(0)  # [1, 256, T]
+        """codes [B, 8, T] -> fc2 output [B, 256, T] (the DAC decoder's input), every window at once."""
+        books = torch.arange(codes.shape[1], device=codes.device)[:, None]  # [8, 1]
+        vectors = self.codebooks[books, codes]  # [B, 8, T, 64]
+        summed = torch.einsum("bqtd,qhd->bth", vectors, self.project_out_weight) + self.project_out_bias.sum(0)
+        return self.fc2(summed).transpose(1, 2)  # [B, 256, T]
 
     @torch.no_grad()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
@@ -158,7 +158,13 @@ class Codec(nn.Module):
         codes = codes.to(device=self.codebooks.device, dtype=torch.long)
         if codes.shape[2] == 0:
             return torch.zeros(codes.shape[0], 0, dtype=self.codebooks.dtype, device=self.codebooks.device)
-        hidden = torch.cat([self.quantized(window) for window in codes])  # [B, 256, T]
+        return self.decode_checked(codes)
+
+    @torch.no_grad()
+    def decode_checked(self, codes: torch.Tensor) -> torch.Tensor:
+        """decode_batch's arithmetic alone: codes already checked, on the codec's device, T >= 1.
+        What reference/codec/graphs.py captures."""
+        hidden = self.quantized(codes)  # [B, 256, T]
         # Full float32 convolutions on CUDA: cuDNN's TF32 (on by default) picks its algorithm per
         # input length, so a streamed window and the whole clip would round differently (seen on
         # the H200: 55-76 dB between the stream and the offline decode, against 110 dB here).

@@ -24,7 +24,8 @@ files never do).
 - `record`: decodes per batch size, the most chunks in flight of any stream, the chunks dropped.
 - `warm()`: a window of each length a stream's cuts take, decoded once before the first stream (a
   server at its start), so no request pays the decoder's first-use costs (kernel loading, the
-  allocator's first blocks); nothing is delivered or recorded.
+  allocator's first blocks); nothing is delivered or recorded. On CUDA it then captures those
+  lengths as graphs (reference/codec/graphs.py), which every later batch that fits one replays.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from collections.abc import AsyncIterator
 import torch
 
 from reference.codec.geometry import StreamGeometry
+from reference.codec.graphs import DecodeGraphs
 from reference.codec.model import Codec
 from reference.codec.stage_stream import Job, StageRecord, StageStream, StreamClosed, feed
 from reference.codec.streaming import ChunkCutter, Window
@@ -65,6 +67,7 @@ class CodecStage:
         self.max_batch_size = _setting(BATCH_SETTING, max_batch_size)
         self.max_inflight_chunks = _setting(INFLIGHT_SETTING, max_inflight_chunks)
         self.record = StageRecord()
+        self.graphs: DecodeGraphs | None = None  # captured by warm() on CUDA
         self._pending: list[Job] = []
         self._worker: asyncio.Task | None = None
 
@@ -83,8 +86,9 @@ class CodecStage:
 
     def warm(self) -> list[int]:
         """Decodes one window of each length the geometry's cuts take up to the steady chunks (the
-        first chunk's, then each later one's until its left context is whole); the lengths, in
-        frames. Blocking: run it before serving, or in a thread."""
+        first chunk's, then each later one's until its left context is whole), and on CUDA captures
+        their graphs for every batch bucket; the lengths, in frames. Blocking: run it before
+        serving, or in a thread."""
         if self.geometry is None:
             raise ValueError("CodecStage.warm: no geometry; build the stage with CodecStage.from_deployment")
         g, books = self.geometry, self.codec.cfg.num_codebooks
@@ -94,6 +98,9 @@ class CodecStage:
         lengths = list(dict.fromkeys(w.codes.shape[1] for w in cutter.windows()))
         for length in lengths:
             self.codec.decode_batch(torch.zeros(1, books, length, dtype=torch.long)).cpu()  # .cpu(): waits for it
+        if self.codec.codebooks.device.type == "cuda":
+            self.graphs = self.graphs or DecodeGraphs(self.codec, self.max_batch_size)
+            self.graphs.capture(lengths)
         return lengths
 
     @property
@@ -137,10 +144,15 @@ class CodecStage:
     def _drop(self, stream: StageStream) -> None:
         self._pending = [j for j in self._pending if j.stream is not stream]
 
-    def _decode(self, windows: list[Window]) -> list[torch.Tensor]:
-        """In the worker thread: windows of one length [8, n] -> their chunks."""
-        pcm = self.codec.decode_batch(torch.stack([w.codes for w in windows]))  # [B, n * 960]
-        return [w.trim(wav, self.codec.hop_length).clone() for w, wav in zip(windows, pcm)]
+    def decode_windows(self, windows: list[Window]) -> list[torch.Tensor]:
+        """In the worker thread: windows of one length [8, n] -> their chunks, by a graph's replay
+        where one holds them, else eagerly."""
+        codes = torch.stack([w.codes for w in windows])  # [B, 8, n]
+        pcm = self.graphs.decode(codes) if self.graphs is not None else None  # valid until the next replay
+        self.record.replayed += pcm is not None
+        if pcm is None:
+            pcm = self.codec.decode_batch(codes)  # [B, n * 960]
+        return [w.trim(wav, self.codec.hop_length).clone() for w, wav in zip(windows, pcm)]  # copies
 
     async def _run(self) -> None:
         await asyncio.sleep(0)  # let the other streams woken by the same engine step submit first
@@ -150,7 +162,7 @@ class CodecStage:
             self._pending = [j for j in self._pending if j not in batch]
             self.record.batches[len(batch)] += 1
             try:
-                chunks = await asyncio.to_thread(self._decode, [j.window for j in batch])
+                chunks = await asyncio.to_thread(self.decode_windows, [j.window for j in batch])
             except asyncio.CancelledError:  # the loop is going away: fail everything, hang nothing
                 _fail(batch + self._pending, CodecStageError("the codec stage's worker was cancelled"))
                 self._pending = []

@@ -36,6 +36,7 @@ class Job:
 @dataclass
 class StageRecord:
     batches: Counter = field(default_factory=Counter)  # batch size -> decodes (bounded, unlike a log)
+    replayed: int = 0  # of those decodes, the ones a CUDA graph ran (reference/codec/graphs.py)
     most_inflight: int = 0  # the most chunks one stream had submitted and not yet delivered
     dropped: int = 0  # chunks of closed streams, never delivered
 
