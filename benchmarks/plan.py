@@ -12,8 +12,11 @@ A phase is one engine boot followed by every measurement that engine serves, bec
 The batch fits the largest concurrency a phase runs: where the profile allows fewer sequences
 (`default`: 16) the phase raises `stages.0.max_num_seqs` to it, and where the profile captures CUDA
 graphs only up to a smaller batch it adds capture sizes up to it (every 8, as h200_v2.yaml does);
-otherwise "64 streams" would mean 16 running and 48 waiting, or 48 eager. Both engines of a ratio
-get the same overrides; each phase records its own.
+otherwise "64 streams" would mean 16 running and 48 waiting, or 48 eager. A raised talker batch
+raises the codec batch (`stages.1.max_num_seqs`) with it, as every shipped CUDA profile pairs them
+(a talker step hands the stage up to one window per sequence; on the H200, 2026-12-01, 64 streams
+waited 162-2,524 ms per round for their first PCM with a codec batch of 16, 30-1,053 ms with 64:
+docs/speed.md). Both engines of a ratio get the same overrides; each phase records its own.
 """
 
 from __future__ import annotations
@@ -122,8 +125,12 @@ def _fit(phase: Phase, runner: str | Exception, settings: Settings) -> None:
         phase.error = f"profile {phase.profile!r} does not resolve on {settings.platform}: {runner}"
         return
     phase.runner = runner
-    base = resolve_deployment(phase.profile, settings.platform, settings.overrides).engine_kwargs
-    phase.overrides = {**settings.overrides, **batch_fit(base, phase.max_concurrency)}
+    base = resolve_deployment(phase.profile, settings.platform, settings.overrides)
+    fit = batch_fit(base.engine_kwargs, phase.max_concurrency)
+    codec_batch = (base.codec_stage or {}).get("max_num_seqs")
+    if "stages.0.max_num_seqs" in fit and codec_batch is not None and codec_batch < phase.max_concurrency:
+        fit["stages.1.max_num_seqs"] = phase.max_concurrency  # the codec batch follows the talker's
+    phase.overrides = {**settings.overrides, **fit}
 
 
 def batch_fit(engine_kwargs: dict, need: int) -> dict:

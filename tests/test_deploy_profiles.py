@@ -298,6 +298,15 @@ def test_every_v2_profile_graphs_its_decode_batches_and_its_prompts(name):
     assert sizes == sorted(set(sizes))
 
 
+@pytest.mark.parametrize("name", SHIPPED)
+def test_on_cuda_every_profiles_codec_batch_takes_a_window_of_each_talker_sequence(name):
+    # A talker step hands the stage up to one window per sequence; a smaller codec batch decodes them
+    # in several rounds (H200, 2026-12-01, 64 streams: first PCM 162-2,524 ms per round with a codec
+    # batch of 16, 30-1,053 ms with 64; docs/speed.md).
+    d = resolve_deployment(name, "cuda")
+    assert d.codec_stage["max_num_seqs"] >= d.engine_kwargs["max_num_seqs"]
+
+
 def test_stream_check():
     assert check_stream(DEFAULT_GEOMETRY).exact
     v1 = check_stream(UPSTREAM_V1)
