@@ -107,6 +107,7 @@ async def level(api: SpeechAPI, concurrency: int, rounds: int, max_tokens: int,
     per_round, audio = [], []
     hits_before = prefix_cache_hits()
     api.stage.record.batches.clear()
+    api.stage.record.replayed = 0
     for _ in range(rounds):
         start = time.monotonic()
         results = await asyncio.gather(*[_one(api, max_tokens, voice) for _ in range(concurrency)])
@@ -120,5 +121,6 @@ async def level(api: SpeechAPI, concurrency: int, rounds: int, max_tokens: int,
         **level_figures(per_round),  # medians over the rounds, "split_ms", "spread"
         "audio_s_per_stream": statistics.median(audio),
         "codec_batches": dict(sorted(api.stage.record.batches.items())),  # batch size -> decodes
+        "codec_replayed": api.stage.record.replayed,  # of those, replayed from a CUDA graph
         "rounds": per_round,  # each round's figures (the upgrade gate's tolerance is their spread)
     }

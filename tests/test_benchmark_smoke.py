@@ -45,6 +45,8 @@ def test_the_json_holds_every_figure(smoke):
     assert talker["engine_kwargs"]["max_num_seqs"] == bare["engine_kwargs"]["max_num_seqs"]
     assert [lvl["concurrency"] for lvl in talker["e2e"]] == [1, 2]
     assert set(talker["e2e"][0]) >= {"ttfa_ms_median", "rtf_median", "audio_s_per_s", "split_ms", "spread"}
+    for lvl in talker["e2e"]:  # the CPU stage decodes eagerly: no CUDA graph to replay
+        assert sum(lvl["codec_batches"].values()) > 0 and lvl["codec_replayed"] == 0, lvl
     levels = [(lvl["sampling"], lvl["concurrency"]) for lvl in talker["engine"]]
     assert levels == [("greedy", 1), ("greedy", 2), ("default", 1), ("default", 2)]
     assert [(lvl["sampling"], lvl["concurrency"]) for lvl in bare["engine"]] == levels

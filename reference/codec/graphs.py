@@ -1,9 +1,9 @@
 """CUDA graphs of the codec's decode, one per (batch bucket, window length).
 
-An eager decode launches some 300 kernels from Python: on the H200 a window alone takes 5-6 ms of
-host time (holding the GIL the engine's output loop needs) for about 2 ms of GPU work; a graph
-replays them in one call (1.5-2.6 ms). A stream's windows take few lengths (CodecStage.warm lists
-them), so the stage captures every length for each bucket at its start:
+An eager decode launches some 300 kernels from Python, in the server's process: on the H200 a
+window alone took 5.5 ms, replayed from a graph 2.0-2.8 ms (docs/speed.md). A stream's windows take
+few lengths (CodecStage.warm lists them), so the stage captures every length for each bucket at
+its start:
 
 - buckets: 1, 2, 4, then multiples of 8 up to the codec batch (and the batch itself);
 - a batch replays the smallest bucket that holds it, the rows past the batch set to code 0 and
@@ -43,8 +43,8 @@ class DecodeGraphs:
         return list(self._graphs)
 
     def capture(self, lengths: list[int]) -> None:
-        """A graph per bucket for each window length; the largest bucket first, so the shared pool
-        is sized once."""
+        """A graph per bucket for each window length, the largest bucket of a length first (the
+        smaller ones then take their memory from what it left in the shared pool)."""
         for length in lengths:
             for bucket in reversed(self.buckets):
                 if (bucket, length) not in self._graphs:
