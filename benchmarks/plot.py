@@ -127,7 +127,7 @@ def _ratio_bars(ax, ratios: list[dict]) -> None:
     if ratios:
         ax.legend(fontsize=7)
     else:
-        ax.text(0.5, 0.5, "no ratio: a talker or bare phase did not finish", ha="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no ratio: no bare phase ran (--no-bare), or one did not finish", ha="center", transform=ax.transAxes)
 
 
 if __name__ == "__main__":

@@ -237,6 +237,7 @@ def built_settings(vllm_config, model_runner) -> dict:
         "cudagraph_capture_sizes": sorted(compilation.cudagraph_capture_sizes or []),
         "full_cudagraphs": graphs["FULL"],
         "piecewise_cudagraphs": graphs["PIECEWISE"],
+        "sampler_cudagraphs": sampler_step_graphs(model_runner) is not None,
         "max_num_seqs": scheduler.max_num_seqs,
         "max_model_len": model.max_model_len,
         "max_num_batched_tokens": scheduler.max_num_batched_tokens,
@@ -252,6 +253,12 @@ def built_settings(vllm_config, model_runner) -> dict:
         "tensor_parallel_size": parallel.tensor_parallel_size,
         "data_parallel_size": parallel.data_parallel_size,
     }
+
+
+def sampler_step_graphs(model_runner):
+    """The talker's StepGraphs (reference/talker/step_graphs.py) in a V2 runner's model state
+    (`model_runner.model_state`, 0.26 and 0.32), or None: V1, eager, or the switch off."""
+    return getattr(getattr(model_runner, "model_state", None), "step_graphs", None)
 
 
 def _enum_name(value) -> str | None:

@@ -12,9 +12,10 @@ import torch
 
 from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
 from reference.codec.geometry import StreamGeometry
-from reference.codec.graphs import DecodeGraphs, batch_buckets
+from reference.codec.graphs import DecodeGraphs
 from reference.codec.stage import CodecStage, CodecStageError, StreamClosed
 from reference.codec.streaming import ChunkCutter, agreement, stream_chunks
+from reference.cuda_graphs import batch_buckets
 from reference.deploy.resolve import resolve_deployment
 
 pytestmark = pytest.mark.cpu
@@ -288,7 +289,7 @@ def test_graph_buckets_and_where_graphs_are_refused():
     assert batch_buckets(16) == [1, 2, 4, 8, 16]
     assert batch_buckets(20) == [1, 2, 4, 8, 16, 20]
     assert batch_buckets(64) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
-    with pytest.raises(ValueError, match="need the codec on a CUDA device, it is on cpu"):
+    with pytest.raises(ValueError, match="DecodeGraphs: CUDA graphs need a CUDA device, got cpu"):
         DecodeGraphs(fixture_codec(), 4)
     stage = CodecStage(fixture_codec(), 4, 2, geometry=SMALL)
     stage.warm()

@@ -44,7 +44,7 @@ def test_built_settings_reads_what_the_engine_config_holds():
     assert list(built) == list(READBACK_KEYS)
     assert built == {
         "runner": "v1", "compilation_mode": "NONE", "cudagraph_mode": "NONE", "cudagraph_capture_sizes": [],
-        "full_cudagraphs": [], "piecewise_cudagraphs": [], "max_num_seqs": 7, "max_model_len": 512,
+        "full_cudagraphs": [], "piecewise_cudagraphs": [], "sampler_cudagraphs": False, "max_num_seqs": 7, "max_model_len": 512,
         "max_num_batched_tokens": 640, "async_scheduling": False, "enable_chunked_prefill": False,
         "enable_prefix_caching": False, "block_size": 64, "attention_backend": "CPU_ATTN",
         "attention_backend_built": None, "kv_cache_dtype": "auto", "enforce_eager": True, "seed": 5,

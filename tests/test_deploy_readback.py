@@ -103,8 +103,8 @@ def test_keys_the_profile_sets_are_compared():
     values = {k: e.value for k, e in expected.items() if e.compared}
     assert values == {
         "runner": "v2", "cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": SIZES,
-        "full_cudagraphs": [1, 2, 4, 8, 16], "piecewise_cudagraphs": SIZES, "max_num_seqs": 16,
-        "max_model_len": 4096, "max_num_batched_tokens": 512, "async_scheduling": True,
+        "full_cudagraphs": [1, 2, 4, 8, 16], "piecewise_cudagraphs": SIZES, "sampler_cudagraphs": True,
+        "max_num_seqs": 16, "max_model_len": 4096, "max_num_batched_tokens": 512, "async_scheduling": True,
         "enable_chunked_prefill": False, "enable_prefix_caching": False, "block_size": 64,
         "attention_backend": "FLEX_ATTENTION", "attention_backend_built": "FLEX_ATTENTION", "kv_cache_dtype": "fp8",
         "enforce_eager": False, "seed": 7, "tensor_parallel_size": 2, "data_parallel_size": 2,
@@ -134,10 +134,23 @@ def test_full_decode_graphs_off_expects_no_full_graphs():
     assert expected["full_cudagraphs"].value == [] and expected["piecewise_cudagraphs"].value == SIZES
 
 
+def test_the_sampler_graphs_follow_their_switch_and_a_sampler_left_eager_is_caught():
+    _, expected, built = _build("cuda")
+    assert expected["sampler_cudagraphs"].value is True
+    assert expected["sampler_cudagraphs"].origin == "features.sampler_cudagraphs: true (runner default (v2))"
+    built["sampler_cudagraphs"] = False
+    assert mismatches(expected, [built], "p") == [
+        "p: sampler_cudagraphs: vLLM built False, the profile resolved True "
+        "(features.sampler_cudagraphs: true (runner default (v2)))"]
+    _, off, _ = _build("cuda", {"features.sampler_cudagraphs": False})
+    assert off["sampler_cudagraphs"].value is False
+
+
 def test_eager_expects_no_compilation_and_no_graphs():
     _, expected, _ = _build("cpu")
     for key in ("compilation_mode", "cudagraph_mode"):
         assert expected[key].value == "NONE" and expected[key].origin.startswith("enforce_eager: true ("), key
+    assert expected["sampler_cudagraphs"].value is False and expected["sampler_cudagraphs"].compared
     for key in ("cudagraph_capture_sizes", "full_cudagraphs", "piecewise_cudagraphs"):
         assert expected[key].value == [] and expected[key].compared, key
 

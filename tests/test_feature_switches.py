@@ -15,7 +15,7 @@ from reference.deploy.switches import (
 )
 
 pytestmark = pytest.mark.cpu
-V2_ON = TalkerOptions("v2", True, True, True, True)
+V2_ON = TalkerOptions("v2", True, True, True, True, True)
 
 
 def test_switch_names_and_structure():
@@ -23,6 +23,7 @@ def test_switch_names_and_structure():
         "device_talker_state",
         "model_sampler",
         "full_decode_cudagraphs",
+        "sampler_cudagraphs",
         "window_aligned_first_chunk",
     )
     assert {s.name for s in SWITCHES if s.structural} == {"device_talker_state", "model_sampler"}
@@ -37,6 +38,7 @@ def test_options_are_frozen_and_round_trip():
         "device_talker_state": True,
         "model_sampler": True,
         "full_decode_cudagraphs": True,
+        "sampler_cudagraphs": True,
         "window_aligned_first_chunk": True,
     }
 
@@ -52,9 +54,9 @@ def test_from_dict_is_exact():
 
 def test_options_validate_types():
     with pytest.raises(ValueError, match="runner"):
-        TalkerOptions("v3", True, True, True, True)
+        TalkerOptions("v3", True, True, True, True, True)
     with pytest.raises(ValueError, match="model_sampler"):
-        TalkerOptions("v2", True, 1, True, True)  # type: ignore[arg-type]
+        TalkerOptions("v2", True, 1, True, True, True)  # type: ignore[arg-type]
 
 
 def test_resolve_switches_is_pure(caplog):
@@ -78,6 +80,16 @@ def test_explicit_non_structural_switch_keeps_its_origin():
     assert result.options.full_decode_cudagraphs is False
     assert result.origins["full_decode_cudagraphs"] == "p.yaml"
     assert result.origins["model_sampler"] == "runner default (v2)"
+
+
+@pytest.mark.parametrize("name", ["full_decode_cudagraphs", "sampler_cudagraphs"])
+def test_graph_switches_follow_enforce_eager(name):
+    assert getattr(resolve_switches({}, "v2", enforce_eager=False).options, name) is True
+    eager = resolve_switches({}, "v2", enforce_eager=True)
+    assert getattr(eager.options, name) is False and eager.origins[name] == "enforce_eager: true"
+    assert getattr(resolve_switches({name: False}, "v2").options, name) is False
+    with pytest.raises(ValueError, match=f"features.{name}: true needs CUDA graphs, but enforce_eager is true"):
+        resolve_switches({name: True}, "v2", enforce_eager=True)
 
 
 def test_cudagraph_mode():

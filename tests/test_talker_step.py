@@ -6,6 +6,7 @@ import torch
 from conformance.oracles.talker_contract import contract_row
 from reference.codebooks import BOC, CODEBOOK_VOCAB, EOC, NUM_CODEBOOKS
 from reference.talker.step import gumbel_noise, leading_eoc, talker_step
+from reference.talker.step_graphs import StepGraphs
 
 pytestmark = pytest.mark.cpu
 
@@ -99,3 +100,40 @@ def test_top_k_one_is_greedy_and_noise_differs_per_codebook():
     assert top1.tolist() == greedy.tolist()
     noise = gumbel_noise(torch.tensor([5]), torch.tensor([10]))
     assert not torch.equal(noise[0, 0], noise[0, 1])
+
+
+def _mixed_batch(batch: int, device: str, seed: int) -> tuple:
+    """talker_step's inputs for `batch` requests at every stage of a stream: lead-in, steady,
+    ramp-down and done, greedy and sampled, with and without top-k / top-p."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(batch, NUM_CODEBOOKS, CODEBOOK_VOCAB, generator=gen) * 5
+    prev = torch.randint(0, 1024, (batch, NUM_CODEBOOKS), generator=gen)
+    prev[::4, :3] = EOC  # ramping down
+    prev[1::4] = EOC  # done
+    step = torch.randint(0, 40, (batch,), generator=gen)
+    temperature = torch.tensor([0.0, 1.0, 0.7]).repeat(batch)[:batch]
+    top_k = torch.tensor([0, 50, 1]).repeat(batch)[:batch]
+    top_p = torch.tensor([1.0, 0.95]).repeat(batch)[:batch]
+    seeds = torch.arange(batch) * 7919 + seed
+    inputs = (logits, prev, step, temperature, top_k, top_p, seeds)
+    return tuple(x.to(device) for x in inputs)
+
+
+def test_step_graphs_need_a_cuda_device():
+    with pytest.raises(ValueError, match="StepGraphs: CUDA graphs need a CUDA device, got cpu"):
+        StepGraphs(8, "cpu")
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_replayed_step_draws_what_the_eager_step_draws():
+    graphs = StepGraphs(16, "cuda")
+    for batch in (1, 3, 8, 13, 16, 17):  # 3 and 13 replay a padded bucket; 17 is past the largest
+        inputs = _mixed_batch(batch, "cuda", seed=batch)
+        codes, done = graphs(*inputs)
+        want_codes, want_done = talker_step(*inputs)
+        assert torch.equal(codes, want_codes) and torch.equal(done, want_done), f"batch {batch}"
+    assert graphs.buckets == [1, 2, 4, 8, 16]
+    assert graphs.replays == 5  # every batch but the 17
+    first, _ = graphs(*_mixed_batch(3, "cuda", seed=3))
+    graphs(*_mixed_batch(3, "cuda", seed=4))
+    assert torch.equal(first, talker_step(*_mixed_batch(3, "cuda", seed=3))[0]), "a result outlives the next replay"

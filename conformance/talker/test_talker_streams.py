@@ -17,6 +17,7 @@ import pytest
 from conformance.talker import talker_cases
 from conformance.engines import preemptions, runner_params
 from higgs_dummy.cache import cached_checkpoint
+from reference.cuda_graphs import batch_buckets
 
 pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine]
 
@@ -120,6 +121,23 @@ def test_the_graphs_variant_captured_full_decode_graphs(variant, pool):
     api = pool.get("v2", {**RUNS["engines"]["base"]["args"], **VARIANTS[variant]})
     sizes = api.engine.collective_rpc("talker_full_cuda_graphs")[0]
     assert {1, 2, 4} <= set(sizes), f"FULL graphs captured for {sizes} tokens, expected decode batches 1, 2, 4"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", runner_params({"v2-graphs": {}, "v2-eager": {}}))
+def test_the_sampling_step_replays_graphs_unless_the_engine_is_eager(variant, pool):
+    """Every row of the v2-graphs streams above was drawn by a replay of the sampling step's CUDA
+    graphs (reference/talker/step_graphs.py), and they equal the goldens as the eager step's do."""
+    args = {**RUNS["engines"]["base"]["args"], **VARIANTS[variant]}
+    api = pool.get("v2", args)
+    before = api.engine.collective_rpc("talker_sampler_graphs")[0]
+    result = api.generate([talker_cases.speech_request(PROMPT_BY_ID["hello"], 24)])[0]
+    graphs = api.engine.collective_rpc("talker_sampler_graphs")[0]
+    if variant == "v2-eager":
+        assert before is None and graphs is None
+        return
+    assert graphs["buckets"] == batch_buckets(args["max_num_seqs"])
+    assert graphs["replays"] - before["replays"] >= len(result.rows), "a decode step drew its codes eagerly"
 
 
 @pytest.mark.cpu

@@ -11,8 +11,9 @@ its start:
   rows only change which algorithm cuDNN runs (float rounding, as any batch size does);
 - a window of any other length (a stream's last chunk, a whole clip) decodes eagerly.
 
-The graphs share one memory pool and replay one at a time (the stage's one worker): a replay's
-PCM is valid until the next replay, so its reader copies what it keeps first (CodecStage does).
+The bucketing, padding and capture are reference/cuda_graphs.py's. The graphs share one memory pool
+and replay one at a time (the stage's one worker): a replay's PCM is valid until the next replay, so
+its reader copies what it keeps first (CodecStage does).
 """
 
 from __future__ import annotations
@@ -20,63 +21,31 @@ from __future__ import annotations
 import torch
 
 from reference.codec.model import Codec
-
-
-def batch_buckets(max_batch: int) -> list[int]:
-    """The batch sizes captured for a codec batch of max_batch."""
-    return sorted({b for b in (1, 2, 4) if b < max_batch} | set(range(8, max_batch, 8)) | {max_batch})
+from reference.cuda_graphs import BucketGraphs
 
 
 class DecodeGraphs:
     def __init__(self, codec: Codec, max_batch: int) -> None:
-        if codec.codebooks.device.type != "cuda":
-            raise ValueError(f"DecodeGraphs: CUDA graphs need the codec on a CUDA device, it is on "
-                             f"{codec.codebooks.device}")
         self.codec = codec
-        self.buckets = batch_buckets(max_batch)
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
-        self._pool = None
+        self.graphs = BucketGraphs(codec.decode_checked, max_batch, codec.codebooks.device, owner="DecodeGraphs")
+        self.buckets = self.graphs.buckets
 
     @property
     def captured(self) -> list[tuple[int, int]]:
         """(bucket, window length) of every graph, in capture order."""
-        return list(self._graphs)
+        # a graph's key: ((codes' shape past the batch, [8, T]), dtype) of its one input
+        return [(bucket, shape[-1]) for bucket, ((shape, _),) in self.graphs.captured]
 
     def capture(self, lengths: list[int]) -> None:
-        """A graph per bucket for each window length, the largest bucket of a length first (the
-        smaller ones then take their memory from what it left in the shared pool)."""
+        """A graph per bucket for each window length."""
         for length in lengths:
-            for bucket in reversed(self.buckets):
-                if (bucket, length) not in self._graphs:
-                    self._capture(bucket, length)
-
-    def _capture(self, bucket: int, length: int) -> None:
-        codes = torch.zeros(bucket, self.codec.cfg.num_codebooks, length, dtype=torch.long,
-                            device=self.codec.codebooks.device)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # as torch.cuda.make_graphed_callables: warm before capturing
-            for _ in range(2):
-                self.codec.decode_checked(codes)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            pcm = self.codec.decode_checked(codes)
-        self._pool = graph.pool()
-        self._graphs[(bucket, length)] = (graph, codes, pcm)
+            self.graphs.capture(torch.zeros(1, self.codec.cfg.num_codebooks, length, dtype=torch.long,
+                                            device=self.codec.codebooks.device))
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor | None:
         """codes [B, 8, T] -> PCM [B, T * 960] from a graph's replay (valid until the next replay), or
         None when no graph holds that length and batch. Checks the codes as Codec.decode_batch does
         (a code out of range would read past the codebook inside the graph)."""
-        batch, length = codes.shape[0], codes.shape[2]
-        bucket = next((b for b in self.buckets if b >= batch), None)
-        if (bucket, length) not in self._graphs:
-            return None
         for window in codes:
             self.codec.check_codes(window)
-        graph, static_codes, static_pcm = self._graphs[(bucket, length)]
-        static_codes[:batch].copy_(codes)
-        static_codes[batch:].zero_()
-        graph.replay()
-        return static_pcm[:batch]
+        return self.graphs(codes.to(torch.long))  # copied into the graph's input on its device

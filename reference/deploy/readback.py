@@ -8,9 +8,9 @@ profile and both values. `python -m reference.deploy` prints the same keys for a
 Where an expected value comes from, first match:
 - the launch overrides (the extra engine arguments a caller passes beside the profile);
 - stage 0 of the resolved file (its origin as resolve_deployment recorded it);
-- what the launcher itself decides: the runner, cudagraph_mode from the feature switches, no
-  capture sizes and no compilation when eager, enforce_eager false and seed 0 when unset, no
-  attention backend asked when the file names none;
+- what the launcher itself decides: the runner, cudagraph_mode and the sampling step's graphs
+  from the feature switches, no capture sizes and no compilation when eager, enforce_eager false
+  and seed 0 when unset, no attention backend asked when the file names none;
 - what the platform builds: the CPU has one attention backend, CPU_ATTN;
 - otherwise the key is vLLM's default: printed, not compared (`Expected.compared` false).
 The expected graphs follow from the expected mode, sizes and max_num_seqs: FULL decode graphs for
@@ -34,6 +34,7 @@ READBACK_KEYS: dict[str, str] = {
     "cudagraph_capture_sizes": "compilation_config.cudagraph_capture_sizes after vLLM filtered them",
     "full_cudagraphs": "token counts of the FULL CUDA graphs captured",
     "piecewise_cudagraphs": "token counts of the PIECEWISE CUDA graphs captured",
+    "sampler_cudagraphs": "the talker's sampling step replays CUDA graphs (reference/talker/step_graphs.py)",
     "max_num_seqs": "scheduler_config.max_num_seqs",
     "max_model_len": "model_config.max_model_len",
     "max_num_batched_tokens": "scheduler_config.max_num_batched_tokens",
@@ -126,6 +127,13 @@ def expected_build(deployment, overrides: Mapping[str, Any] | None = None) -> di
     out["full_cudagraphs"], out["piecewise_cudagraphs"] = _expected_graphs(
         out["cudagraph_mode"], out["cudagraph_capture_sizes"], out["max_num_seqs"]
     )
+
+    if eager.value:
+        out["sampler_cudagraphs"] = Expected(False, eager_origin)
+    else:
+        switch = deployment.origins.get("options.sampler_cudagraphs", "")
+        wanted = deployment.options.sampler_cudagraphs
+        out["sampler_cudagraphs"] = Expected(wanted, f"features.sampler_cudagraphs: {str(wanted).lower()} ({switch})")
 
     asked = given("attention_backend")
     out["attention_backend"] = asked or Expected(None, f"{LAUNCHER}: the file names no attention backend")

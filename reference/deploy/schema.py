@@ -9,7 +9,7 @@ The format is vllm-omni's deploy schema (a list of `stages` with their own engin
   model_runner: prefer-v2 | v2 | v1     upstream knows v1 | v2; prefer-v2 keeps the platform-matrix
                                         rule (reference/deploy/platform_matrix.py)
   features: {device_talker_state, model_sampler, full_decode_cudagraphs,
-             window_aligned_first_chunk}: true | false | null   (reference/deploy/switches.py)
+             sampler_cudagraphs, window_aligned_first_chunk}: true | false | null   (reference/deploy/switches.py)
   platforms.<p>.connectors / .features  platform-scoped connectors (upstream drops them silently)
   x-<anything>                          top level only: a place for YAML anchors
 

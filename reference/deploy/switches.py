@@ -13,8 +13,11 @@ Switches (V2 default in brackets; under V1 every switch is off and explicit valu
 - model_sampler [on, structural]: the talker's sampler is installed in the V2 ModelState
   (`custom_sampler`). V1 installs its sampler through the worker instead.
 - full_decode_cudagraphs [on]: decode runs in FULL CUDA graphs (cudagraph_mode
-  FULL_AND_PIECEWISE); off: PIECEWISE only. Resolves off when enforce_eager is set (explicit on
-  with enforce_eager is an error).
+  FULL_AND_PIECEWISE); off: PIECEWISE only.
+- sampler_cudagraphs [on]: the talker's sampling step replays CUDA graphs per batch bucket
+  (reference/talker/step_graphs.py); off: it launches its kernels eagerly every step.
+  Both graph switches resolve off when enforce_eager is set (explicit on with enforce_eager is an
+  error).
 - window_aligned_first_chunk [on]: the first streamed chunk is one 8-frame codec window; off:
   a 1-frame first chunk (rule `first-chunk-switch` in reference/deploy/precedence.py).
 
@@ -64,6 +67,12 @@ SWITCHES: tuple[Switch, ...] = (
         off="cudagraph_mode PIECEWISE",
     ),
     Switch(
+        "sampler_cudagraphs",
+        structural=False,
+        on="the talker's sampling step replayed from CUDA graphs",
+        off="the talker's sampling step launched eagerly",
+    ),
+    Switch(
         "window_aligned_first_chunk",
         structural=False,
         on=f"first chunk = one {CODEC_WINDOW_FRAMES}-frame codec window",
@@ -71,6 +80,7 @@ SWITCHES: tuple[Switch, ...] = (
     ),
 )
 SWITCH_NAMES = tuple(s.name for s in SWITCHES)
+GRAPH_SWITCHES = ("full_decode_cudagraphs", "sampler_cudagraphs")  # off under enforce_eager
 
 
 @dataclass(frozen=True)
@@ -135,13 +145,14 @@ def resolve_switches(
             if switch.structural and value is False:
                 raise ValueError(structural_off_message(switch.name))
             values[switch.name], where[switch.name] = value, origins.get(switch.name, "explicit")
-        if enforce_eager and values["full_decode_cudagraphs"]:
-            if "full_decode_cudagraphs" in explicit:
-                raise ValueError(
-                    "features.full_decode_cudagraphs: true needs CUDA graphs, but enforce_eager is true; "
-                    "set enforce_eager: false or remove the switch"
-                )
-            values["full_decode_cudagraphs"], where["full_decode_cudagraphs"] = False, "enforce_eager: true"
+        for name in GRAPH_SWITCHES:
+            if enforce_eager and values[name]:
+                if name in explicit:
+                    raise ValueError(
+                        f"features.{name}: true needs CUDA graphs, but enforce_eager is true; "
+                        "set enforce_eager: false or remove the switch"
+                    )
+                values[name], where[name] = False, "enforce_eager: true"
     return SwitchResolution(TalkerOptions(runner=runner, **values), where, tuple(warnings))
 
 

@@ -23,6 +23,7 @@ class TalkerOptions:
     device_talker_state: bool
     model_sampler: bool
     full_decode_cudagraphs: bool
+    sampler_cudagraphs: bool
     window_aligned_first_chunk: bool
 
     def __post_init__(self) -> None:

@@ -9,7 +9,8 @@ scheduling and inside CUDA graphs:
 - per-slot sampling parameters (temperature, top-k, top-p, seed).
 `prepare_inputs` gathers each input token's row into the model's `token_codes` buffer (which the
 forward, and a captured graph, read); the sampler runs reference/talker/step.py on the audio
-logits and scatters the new row to the position of the token it samples.
+logits (replayed from CUDA graphs, reference/talker/step_graphs.py, under the switch
+sampler_cudagraphs) and scatters the new row to the position of the token it samples.
 
 Preemption: MRV2 removes a preempted request (with no sign of why) and adds it back later,
 maybe in another slot, with prompt + outputs to re-prefill. `remove_request` therefore parks
@@ -33,6 +34,7 @@ from reference.talker.options import options_from_hf_config
 from reference.talker.prompts import reference_slots
 from reference.codebooks import NUM_CODEBOOKS
 from reference.talker.step import talker_step
+from reference.talker.step_graphs import StepGraphs
 
 PARKED_LIMIT_PER_SLOT = 4
 
@@ -57,6 +59,9 @@ class TalkerModelState(DefaultModelState):
         self.parked: OrderedDict[str, torch.Tensor] = OrderedDict()
         self.parked_limit = PARKED_LIMIT_PER_SLOT * slots
         self.rng = np.random.default_rng(vllm_config.model_config.seed)
+        graphs = sampler_graphs_wanted(options, vllm_config.model_config.enforce_eager, device)
+        self.step_graphs = StepGraphs(slots, device) if graphs else None
+        self.sample_step = self.step_graphs or talker_step
 
     # -- request lifecycle (host side, once per request; never on the decode path) -------------
     def add_request(self, req_index: int, new_req_data) -> None:
@@ -109,6 +114,13 @@ class TalkerModelState(DefaultModelState):
         return TalkerV2Sampler(sampler, self), None
 
 
+def sampler_graphs_wanted(options, enforce_eager: bool, device) -> bool:
+    """Whether the sampling step replays CUDA graphs: on CUDA, when the engine is not eager and the
+    switch sampler_cudagraphs is on (an engine started without a deploy profile has no switches)."""
+    on = options.sampler_cudagraphs if options is not None else True
+    return torch.device(device).type == "cuda" and not enforce_eager and on
+
+
 class TalkerV2Sampler:
     """Samples the talker's codes on the device; everything else is the wrapped default sampler
     (its per-slot sampling states stay up to date for the runner's own bookkeeping)."""
@@ -133,7 +145,7 @@ class TalkerV2Sampler:
             input_batch.idx_mapping,
             self.inner.req_states.prefill_len.gpu,
         )
-        codes, done = talker_step(
+        codes, done = state.sample_step(
             model.last_audio_logits[:n],
             state.codes[slot, pos].long(),  # the input token's row: the previous step's codes
             pos + 1 - prompt_len,

@@ -42,6 +42,12 @@ class TalkerWorker(_Base):
         """Batch sizes (tokens) of the FULL CUDA graphs this worker captured, for the graph checks."""
         return compat.full_cuda_graph_sizes(self.model_runner)
 
+    def talker_sampler_graphs(self) -> dict | None:
+        """The sampling step's CUDA graphs under V2 (reference/talker/step_graphs.py): the batch
+        buckets captured and the replays so far; None where the step runs eagerly (V1 too)."""
+        graphs = compat.sampler_step_graphs(self.model_runner)
+        return None if graphs is None else {"buckets": graphs.buckets, "replays": graphs.replays}
+
     def talker_built_settings(self) -> dict:
         """The settings that decide behaviour and speed, as this worker's vLLM built them (after
         vLLM's own resolution), for the read-back check of reference/deploy/readback.py."""
