@@ -32,7 +32,7 @@ class StepGraphs:
         """The batch sizes captured so far."""
         return sorted({bucket for bucket, _ in self.graphs.captured})
 
-    def __call__(self, audio_logits, prev_row, step, temperature, top_k, top_p, seed) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, audio_logits, prev_row, step, temperature, top_k, top_p, seed) -> tuple[torch.Tensor, ...]:
         """talker_step's (codes [B, 8], done [B]), from a graph where one holds the batch."""
         inputs = (audio_logits.float(), prev_row.long(), step.long(), temperature.float(), top_k.long(),
                   top_p.float(), seed.long())  # the dtypes the graphs were captured with
