@@ -28,7 +28,6 @@ class DecodeGraphs:
     def __init__(self, codec: Codec, max_batch: int) -> None:
         self.codec = codec
         self.graphs = BucketGraphs(codec.decode_checked, max_batch, codec.codebooks.device, owner="DecodeGraphs")
-        self.buckets = self.graphs.buckets
 
     @property
     def captured(self) -> list[tuple[int, int]]:
