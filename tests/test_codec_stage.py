@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
-from reference.codec.geometry import StreamGeometry
+from reference.codec.geometry import DEFAULT_GEOMETRY, StreamGeometry
 from reference.codec.graphs import DecodeGraphs
 from reference.codec.stage import CodecStage, CodecStageError, StreamClosed
 from reference.codec.streaming import ChunkCutter, agreement, stream_chunks
@@ -77,6 +77,51 @@ def test_batched_streams_stitch_into_the_offline_decode(batch):
         assert [len(c) for c in chunks] == [len(c) for c in stream_chunks(codec, codes, SMALL)]
         measured = agreement(torch.cat(chunks), codec.decode(codes))
         assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], measured
+
+
+# Every stream length modulo the chunk: shorter than the first chunk, the first chunk's edge and the
+# two frames past it, then a later chunk edge and the two frames past it.
+LOW_LATENCY = StreamGeometry(first_chunk_frames=1, chunk_frames=25, left_context_frames=10, right_holdback_frames=10)
+EDGES = {
+    "small": (SMALL, [1, 2, 3, 4, 8, 9, 10, 14, 15, 16]),
+    "default": (DEFAULT_GEOMETRY, [3, 7, 8, 9, 10, 33, 34, 35, 58, 59]),
+    "low_latency": (LOW_LATENCY, [1, 2, 3, 26, 27, 28, 51, 52]),
+}
+
+
+async def side_by_side(stage: CodecStage, clips: list[torch.Tensor], geometry, push: int) -> list[list[torch.Tensor]]:
+    """Streams of their own lengths at once, `push` frames at a time: each ends while others go on."""
+    streams = [stage.open(geometry) for _ in clips]
+    consumers = [asyncio.create_task(_gather(s)) for s in streams]
+    for t in range(0, max(c.shape[1] for c in clips), push):
+        for stream, codes in zip(streams, clips):
+            if t < codes.shape[1]:
+                await stream.push(codes[:, t : t + push])
+                if t + push >= codes.shape[1]:
+                    await stream.finish()
+        await asyncio.sleep(0)
+    return await asyncio.gather(*consumers)
+
+
+async def _gather(stream):
+    return [c async for c in _chunks(stream)]
+
+
+@pytest.mark.parametrize("push", [1, 3])
+@pytest.mark.parametrize("name", sorted(EDGES))
+def test_streams_of_every_length_at_the_chunk_edges_lose_no_frame(name, push):
+    """Issue #33 item 7: the streamed audio is the offline decode with every frame (T * 960
+    samples) at each length around the chunk edges, streams ending beside each other in batches."""
+    geometry, lengths = EDGES[name]
+    codec = fixture_codec()
+    clips = [codes_of(n, seed) for seed, n in enumerate(lengths)]
+    streamed = asyncio.run(side_by_side(CodecStage(codec, 4, 2), clips, geometry, push))
+    for codes, chunks in zip(clips, streamed):
+        audio = torch.cat(chunks)
+        assert len(audio) == codes.shape[1] * HOP, f"{codes.shape[1]} frames streamed as {len(audio) / HOP:g}"
+        measured = agreement(audio, codec.decode(codes))
+        assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], (
+            f"{codes.shape[1]} frames: {measured}")
 
 
 def test_the_codec_batch_setting_changes_the_batching():

@@ -21,6 +21,8 @@ CHUNKS = [torch.full((960,), 0.25), torch.full((2 * 960,), -0.5)]  # two PCM chu
 
 
 class FakeEngine:
+    errored = False
+
     async def check_health(self):
         return None
 
@@ -31,10 +33,10 @@ class FakeSpeaker:
     metrics: ServeMetrics
     api = type("FakeAPI", (), {"engine": FakeEngine()})()
 
-    async def whole(self, request, request_id):
+    async def whole(self, request, request_id, ticket=None):
         return torch.cat(CHUNKS)
 
-    async def stream(self, request, request_id, received):
+    async def stream(self, request, request_id, received, ticket=None):
         for chunk in CHUNKS:
             await asyncio.sleep(0)
             yield chunk

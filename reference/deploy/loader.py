@@ -4,11 +4,11 @@ A file becomes flat leaves {path: value}; merging a chain is then a dict update 
 each leaf remembering the file that set it. Where the flattening stops decides the merge, and
 follows upstream's loader (vllm-omni config/stage_config.py, read as facts):
 
-- top-level keys other than stages, connectors, platforms, features: replaced whole;
+- top-level keys other than stages, connectors, platforms, features, serving: replaced whole;
 - stages: merged by stage_id; within a stage the keys of DEEP_MERGE_KEYS merge recursively,
   every other key (compilation_config, hf_overrides, env, lists) is replaced whole;
 - connectors: merged per connector name, then recursively (so `extra` merges key by key);
-- features: per switch;
+- features: per switch; serving (ours): per limit;
 - platforms: per platform name; inside a section, stages by stage_id and connectors per name
   as above (platform connectors are ours: upstream drops them), model_runner replaced;
 - lists replace; a child null replaces the inherited value (upstream), except where a mapping
@@ -168,7 +168,7 @@ class _Flat:
                 else:
                     self.leaves[path + (name, key)] = item
 
-    def features(self, path: Path_, value: Any) -> None:
+    def per_key(self, path: Path_, value: Any) -> None:
         for key, item in self.mapping(path, value).items():
             self.leaves[path + (key,)] = item
 
@@ -181,8 +181,8 @@ class _Flat:
                 self.stages(path, value)
             elif key == "connectors":
                 self.connectors(path, value)
-            elif key == "features":
-                self.features(path, value)
+            elif key in ("features", "serving"):
+                self.per_key(path, value)
             elif key == "platforms" and prefix == ():
                 for platform, body in self.mapping(path, value).items():
                     self.section(path + (platform,), self.mapping(path + (platform,), body))

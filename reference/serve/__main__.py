@@ -15,6 +15,10 @@ streamed audio where it stitches exactly, one whole response where it is lossy.
 Before serving, what vLLM built is read back and compared with the profile (reference/deploy/readback.py),
 and the code2wav stage decodes a window of each length once (CodecStage.warm), so the first
 request's audio does not wait for the decoder's first use.
+The profile's `serving` limits bound the requests waiting for a talker slot (reference/serve/admission.py).
+Exit status: 0 after a normal stop, 2 for an invalid profile or override, 3 when the start
+check refused what vLLM built, 1 when the engine died while serving (EXIT_DEADLINE_S after the
+watchdog saw it at the latest).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Sequence
@@ -37,6 +43,7 @@ def build_service(args):
     from reference.deploy.cli import parse_set
     from reference.deploy.resolve import resolve_deployment
     from reference.deploy.stream_check import check_stream
+    from reference.serve.admission import Admission, ServingLimits
     from reference.serve.app import Service
     from reference.serve.audio import Speaker
     from reference.serve.metrics import ServeMetrics
@@ -53,7 +60,8 @@ def build_service(args):
     max_tokens = deployment.default_sampling_params.get("max_tokens", 2048)
     api = SpeechAPI(engine, args.model, deployment.runner, default_max_tokens=max_tokens,
                     stage=CodecStage.from_deployment(deployment, codec))
-    speaker = Speaker(api=api, metrics=ServeMetrics())
+    metrics = ServeMetrics()
+    speaker = Speaker(api=api, metrics=metrics)
     service = Service(
         speaker=speaker,
         model_name=args.served_model_name or Path(args.model).name,
@@ -64,6 +72,7 @@ def build_service(args):
         voices=voices,
         stream_default=stream_default(check_stream(deployment.geometry, codec.cfg)),
         limits=Limits(max_body_bytes=args.max_body_bytes),
+        admission=Admission(ServingLimits.from_deployment(deployment), metrics),
     )
     logging.getLogger("higgs_ref.serve").info("without stream_format: %s", service.stream_default.header)
     return service, engine, deployment
@@ -103,6 +112,25 @@ def parse_args(argv: Sequence[str] | None = None):
     return parser.parse_args(argv)
 
 
+GRACEFUL_S = 5  # uvicorn's wait for open responses when the server stops
+ENGINE_DEAD_EXIT = 1
+DEAD_LINGER_S = 2  # a dead engine: /health and new requests answer 503 this long, then the server stops
+EXIT_DEADLINE_S = 8  # ... and the process is gone by then, however the shutdown goes
+
+
+def exit_on_engine_death(server, exits: list[int]) -> None:
+    """The watchdog's action: for DEAD_LINGER_S every request is a 503 naming the dead engine (a
+    load balancer polling /health sees it), then uvicorn stops (no new connection; the open
+    responses have failed with the engine); the exit status is ENGINE_DEAD_EXIT, and a timer ends
+    the process at EXIT_DEADLINE_S should the shutdown hang."""
+    exits.append(ENGINE_DEAD_EXIT)
+    for delay, action in ((DEAD_LINGER_S, lambda: setattr(server, "should_exit", True)),
+                          (EXIT_DEADLINE_S, lambda: os._exit(ENGINE_DEAD_EXIT))):
+        timer = threading.Timer(delay, action)
+        timer.daemon = True
+        timer.start()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
@@ -115,10 +143,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # an invalid profile, override or platform
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    exits: list[int] = []
     app = build_app(service, on_startup=lambda: start(engine, deployment, service.speaker.api.stage),
-                    on_shutdown=engine.shutdown)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
-    return 0
+                    on_shutdown=engine.shutdown, on_engine_dead=lambda: exit_on_engine_death(server, exits))
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                           timeout_graceful_shutdown=GRACEFUL_S))
+    server.run()
+    if exits:
+        print("error: the talker engine died; exiting so that a supervisor can restart the server", file=sys.stderr)
+        return exits[0]
+    return 0 if server.started else 3
 
 
 if __name__ == "__main__":

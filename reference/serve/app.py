@@ -15,11 +15,13 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from reference.serve.admission import Admission, Overloaded
 from reference.serve.audio import Speaker
 from reference.serve.metrics import ServeMetrics
 from reference.serve.protocol import (DEFAULT_VOICE, Limits, RequestError, SpeechBody, StreamDefault, parse_json,
@@ -30,6 +32,7 @@ from reference.speech import SpeechRequest
 
 logger = logging.getLogger("higgs_ref.serve")
 MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
+ENGINE_WATCH_S = 0.5  # how often the watchdog asks whether the engine is alive
 
 
 @dataclass
@@ -43,6 +46,7 @@ class Service:
     voices: dict[str, Voice]
     stream_default: StreamDefault  # what a request without stream_format gets (the profile's geometry)
     limits: Limits = field(default_factory=Limits)
+    admission: Admission | None = None  # the profile's serving limits (None: every request goes to the engine)
     _voice_codes: dict = field(default_factory=dict)
 
     @property
@@ -137,25 +141,37 @@ class ClosingStreamingResponse(StreamingResponse):
             await self.body_iterator.aclose()
 
 
-async def _audio(chunks, fmt: str):
-    try:
-        if fmt == "wav":
-            yield wav_header(None)
+async def _pcm(first, chunks, fmt: str):
+    """The audio stream's bytes: the WAV header for wav, the first chunk, then the rest."""
+    if fmt == "wav":
+        yield wav_header(None)
+    if first is not None:
+        yield pcm16(first)
         async for chunk in chunks:
             yield pcm16(chunk)
+
+
+async def _audio(first, chunks, fmt: str):
+    """Raw audio bytes. A failure after the status line ends the chunked body without its last
+    chunk (uvicorn closes the connection), so no client takes it for a finished answer."""
+    try:
+        async for data in _pcm(first, chunks, fmt):
+            yield data
     finally:
         await chunks.aclose()
 
 
-async def _sse(chunks, fmt: str):
+async def _sse(first, chunks, fmt: str):
     """OpenAI's speech events: `speech.audio.delta` with base64 audio (the bytes of the audio
-    stream, WAV header first for wav), then `speech.audio.done`."""
+    stream, WAV header first for wav), then `speech.audio.done`; a failure after the status line
+    is an `error` event, and no `speech.audio.done` follows it."""
     try:
-        if fmt == "wav":
-            yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(wav_header(None)).decode()})
-        async for chunk in chunks:
-            yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(pcm16(chunk)).decode()})
+        async for data in _pcm(first, chunks, fmt):
+            yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
         yield _event({"type": "speech.audio.done"})
+    except Exception as exc:
+        logger.exception("streamed speech failed after its first audio")
+        yield _event({"type": "error", "error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error"}})
     finally:
         await chunks.aclose()
 
@@ -164,18 +180,73 @@ def _event(data: dict) -> bytes:
     return f"data: {json.dumps(data)}\n\n".encode()
 
 
-def build_app(service: Service, on_startup=None, on_shutdown=None) -> FastAPI:
-    """The app; `on_startup` (awaited before the first request: raising fails the start) and
-    `on_shutdown` (called when the server stops, also after a failed start)."""
+class EngineDead(Exception):
+    """A request that arrived after the engine died."""
+
+
+class ClientLeft(Exception):
+    """The client disconnected before its answer started."""
+
+
+async def _unless_client_leaves(request: Request, work: Awaitable):
+    """`work`'s result, or ClientLeft once the client disconnects first: `work` is cancelled, so a
+    request waiting for a talker slot leaves the line and one waiting for its first audio is
+    aborted in the engine. (The body is read by now: the next ASGI message is the disconnect.)"""
+
+    async def disconnected():
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task, watcher = asyncio.ensure_future(work), asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, watcher, return_exceptions=True)
+    if task.cancelled():
+        raise ClientLeft()
+    return task.result()
+
+
+async def _first(chunks):
+    """The first PCM chunk, or None when the stream has none."""
+    return await anext(chunks, None)
+
+
+async def watch_engine(engine, on_engine_dead, every_s: float = ENGINE_WATCH_S) -> None:
+    """Calls `on_engine_dead()` once the engine is dead (its core process gone or its output
+    loop ended), even while no request is in flight."""
+    while not engine.errored:
+        await asyncio.sleep(every_s)
+    logger.error("the engine is dead: %s", engine_dead_cause(engine))
+    on_engine_dead()
+
+
+def engine_dead_cause(engine) -> str:
+    return (f"the talker engine is dead ({engine.dead_error}); the server exits so that its supervisor can "
+            "restart it")
+
+
+def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dead=None) -> FastAPI:
+    """The app; `on_startup` (awaited before the first request: raising fails the start),
+    `on_shutdown` (called when the server stops, also after a failed start) and `on_engine_dead`
+    (called once when the engine dies while the app serves: the server's exit)."""
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
     async def lifespan(app):
+        watchdog = None
         try:
             if on_startup is not None:
                 await on_startup()
+            if on_engine_dead is not None:
+                watchdog = asyncio.create_task(watch_engine(service.api.engine, on_engine_dead))
             yield
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             if on_shutdown is not None:
                 on_shutdown()
 
@@ -187,8 +258,26 @@ def build_app(service: Service, on_startup=None, on_shutdown=None) -> FastAPI:
         metrics.responses.labels(str(exc.status)).inc()
         return JSONResponse(exc.body(), status_code=exc.status)
 
+    @app.exception_handler(Overloaded)
+    async def overloaded(request: Request, exc: Overloaded):
+        metrics.responses.labels("503").inc()
+        return JSONResponse(exc.body(), status_code=503, headers={"Retry-After": str(exc.retry_after_s)})
+
+    def engine_dead() -> JSONResponse:
+        metrics.responses.labels("503").inc()
+        body = {"error": {"message": engine_dead_cause(service.api.engine), "type": "engine_dead", "param": None,
+                          "code": 503}}
+        return JSONResponse(body, status_code=503)
+
+    @app.exception_handler(EngineDead)
+    async def dead(request: Request, exc: EngineDead):
+        return engine_dead()
+
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception):
+        """A failure before the answer started: 503 naming the cause when the engine is dead, else 500."""
+        if service.api.engine.errored:
+            return engine_dead()
         logger.exception("request failed")
         metrics.responses.labels("500").inc()
         body = {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error", "param": None,
@@ -199,8 +288,9 @@ def build_app(service: Service, on_startup=None, on_shutdown=None) -> FastAPI:
     async def health():
         try:
             await service.api.engine.check_health()
-        except Exception as exc:  # the engine is dead: not ready
-            return JSONResponse({"status": "unhealthy", "error": str(exc)}, status_code=503)
+        except Exception:  # the engine is dead: not ready
+            return JSONResponse({"status": "unhealthy", "error": engine_dead_cause(service.api.engine)},
+                                status_code=503)
         return {"status": "ok", "runner": service.runner, "profile": service.profile,
                 "stream_format_default": service.stream_default.header}
 
@@ -212,12 +302,17 @@ def build_app(service: Service, on_startup=None, on_shutdown=None) -> FastAPI:
 
     @app.get("/metrics")
     async def prometheus():
-        metrics.slots.set(sum(await service.api.engine.collective_rpc("talker_open_requests")))
+        if not service.api.engine.errored:  # a dead engine answers no RPC: the gauge keeps its last value
+            metrics.slots.set(sum(await service.api.engine.collective_rpc("talker_open_requests")))
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.post("/v1/audio/speech")
     async def speech(request: Request):
+        """The status goes out with the first audio: everything that can fail before it (the body,
+        the queue, the engine taking the request and making its first chunk) is a 4xx or 5xx."""
         received = time.monotonic()
+        if service.api.engine.errored:
+            raise EngineDead()
         raw = await _read_body(request, service.limits.max_body_bytes)
         body = parse_speech(parse_json(raw), model_name=service.model_name, voices=service.voices,
                             runner=service.runner, limits=service.limits, stream_default=service.stream_default)
@@ -226,16 +321,33 @@ def build_app(service: Service, on_startup=None, on_shutdown=None) -> FastAPI:
         media = MEDIA_TYPES[body.response_format]
         # An answer the server's default chose says so, and why (the profile's geometry).
         chosen = {} if body.stream_default is None else {"X-Stream-Format-Default": body.stream_default.header}
-        if body.stream_format is None:
-            pcm = pcm16(await service.speaker.whole(speech_request, request_id))
-            metrics.responses.labels("200").inc()
-            return Response(wav_file(pcm) if body.response_format == "wav" else pcm, media_type=media, headers=chosen)
-        chunks = service.speaker.stream(speech_request, request_id, received)
+        ticket = None  # the talker slot: the speaker gives it back when the engine's work ends
+        try:
+            if service.admission is not None:
+                ticket = await _unless_client_leaves(request, service.admission.admit())
+            if body.stream_format is None:
+                audio = await _unless_client_leaves(request, service.speaker.whole(speech_request, request_id, ticket))
+                pcm = pcm16(audio)
+                metrics.responses.labels("200").inc()
+                return Response(wav_file(pcm) if body.response_format == "wav" else pcm, media_type=media,
+                                headers=chosen)
+            chunks = service.speaker.stream(speech_request, request_id, received, ticket)
+            try:
+                first = await _unless_client_leaves(request, _first(chunks))
+            except BaseException:
+                await chunks.aclose()
+                raise
+        except BaseException as exc:
+            if ticket is not None:  # also when the stream was closed before it started
+                ticket.release()
+            if isinstance(exc, ClientLeft):
+                return Response(status_code=499)  # nobody reads it; the work was cancelled
+            raise
         metrics.responses.labels("200").inc()
         if body.stream_format == "sse":
-            return ClosingStreamingResponse(_sse(chunks, body.response_format), media_type="text/event-stream",
+            return ClosingStreamingResponse(_sse(first, chunks, body.response_format), media_type="text/event-stream",
                                             sends_waiting=metrics.sends_waiting)
-        return ClosingStreamingResponse(_audio(chunks, body.response_format), media_type=media,
+        return ClosingStreamingResponse(_audio(first, chunks, body.response_format), media_type=media,
                                         headers={"X-Sample-Rate": str(SAMPLE_RATE), **chosen},
                                         sends_waiting=metrics.sends_waiting)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from reference.serve.admission import Ticket
 from reference.serve.metrics import ServeMetrics
 from reference.speech import RowsToFrames, SpeechAPI, SpeechRequest, SpeechResult
 
@@ -52,19 +53,23 @@ class Speaker:
     api: SpeechAPI  # with its code2wav stage (SpeechAPI.stage)
     metrics: ServeMetrics
 
-    async def whole(self, request: SpeechRequest, request_id: str) -> torch.Tensor:
+    async def whole(self, request: SpeechRequest, request_id: str, ticket: Ticket | None = None) -> torch.Tensor:
         """Every row, then the offline decode of all frames. [T * 960] float"""
         progress, rows = _Progress(self.metrics), []
         try:
-            async for new_rows in self.api.stream_rows(request, request_id):
-                progress.running()
-                rows.extend(new_rows)
+            try:
+                async for new_rows in self.api.stream_rows(request, request_id):
+                    progress.running()
+                    rows.extend(new_rows)
+            finally:
+                _release(ticket)  # the engine's work is done: the talker slot goes to the next request
             return await self.api.stage.decode(SpeechResult(rows, [], None).frames)
         finally:
             progress.end()
 
-    async def _frames(self, request: SpeechRequest, request_id: str, progress: _Progress):
-        """The request's real frames [8, n]; ended early (closed or cancelled), it aborts and counts."""
+    async def _frames(self, request: SpeechRequest, request_id: str, progress: _Progress, ticket: Ticket | None):
+        """The request's real frames [8, n]; ended early (closed or cancelled), it aborts and counts.
+        Its talker slot (`ticket`) is given back when its engine request ends, however it ends."""
         rows, frames, ended = self.api.stream_rows(request, request_id), RowsToFrames(), False
         try:
             async for new_rows in rows:
@@ -80,11 +85,13 @@ class Speaker:
             if not ended:  # the client left: abort the engine request
                 await self.api.engine.abort(request_id)
                 self.metrics.aborted.inc()
+            _release(ticket)
 
-    async def stream(self, request: SpeechRequest, request_id: str, received: float) -> AsyncIterator[torch.Tensor]:
+    async def stream(self, request: SpeechRequest, request_id: str, received: float,
+                     ticket: Ticket | None = None) -> AsyncIterator[torch.Tensor]:
         """PCM chunks (24 kHz float) as the geometry cuts them; closing the iterator early aborts."""
         progress, first = _Progress(self.metrics), True
-        chunks = self.api.stage.stream(self._frames(request, request_id, progress))
+        chunks = self.api.stage.stream(self._frames(request, request_id, progress, ticket))
         try:
             async for item in chunks:
                 if first:
@@ -94,3 +101,9 @@ class Speaker:
         finally:
             await chunks.aclose()
             progress.end()
+            _release(ticket)  # also when the stage stream ended before its frame source started
+
+
+def _release(ticket: Ticket | None) -> None:
+    if ticket is not None:
+        ticket.release()

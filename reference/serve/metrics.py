@@ -9,6 +9,9 @@ vLLM's (process-wide registry: `vllm:num_requests_running`, `vllm:num_requests_w
 - higgs_serve_talker_slots_in_use     requests whose talker state the workers hold (asked at scrape
                                       time: the workers' `talker_open_requests`)
 - higgs_serve_ttfa_seconds            request received -> first PCM chunk ready (streamed requests)
+- higgs_serve_queue_depth             requests waiting for a talker slot (reference/serve/admission.py)
+- higgs_serve_rejected_total{limit}   requests turned away with 503 by the serving limit they met
+                                      (max_waiting_requests, max_queue_wait_s)
 - higgs_serve_sends_waiting           streamed responses whose send waits for the client to take bytes
                                       (a slow or stalled reader: its socket and the transport's buffer
                                       are full; the stream's producer waits behind it)
@@ -34,6 +37,9 @@ class ServeMetrics:
                            registry=r)
         self.ttfa = Histogram("higgs_serve_ttfa_seconds", "request received -> first PCM chunk ready",
                               buckets=TTFA_BUCKETS, registry=r)
+        self.queue_depth = Gauge("higgs_serve_queue_depth", "requests waiting for a talker slot", registry=r)
+        self.rejected = Counter("higgs_serve_rejected", "requests turned away (503) by a serving limit", ["limit"],
+                                registry=r)
         self.sends_waiting = Gauge("higgs_serve_sends_waiting", "streamed responses whose send waits for the client",
                                    registry=r)
 

@@ -1,0 +1,167 @@
+"""The speech server at its limits, over HTTP on loopback (issue #33), one server per variant of
+server.yaml's `limits` (a CPU server in CI, the V2 default on CUDA in tox -e gpu), whose
+geometry stitches exactly:
+
+- overload: 4 x max_num_seqs requests at once; each one either streams its whole answer (within
+  the variant's bound) or is turned away with 503, Retry-After and a JSON error naming the serving
+  limit, before any audio byte. None is lost, none hangs, and the server's counters agree.
+- edges: streams whose lengths sit at the chunk edges (and one shorter than the first chunk)
+  carry every frame: T x 960 samples, the whole answer within the bound.
+- death (last: it ends the server): the engine core killed mid-stream. The stream in flight ends
+  without its last chunk (the client raises), /health and a new request answer 503 naming the
+  dead engine, and the server exits 1 within 10 s.
+
+No check times the server: the waits are bounds on events it reports.
+"""
+
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import psutil
+import pytest
+
+from conformance import case_files
+from conformance.environment import has_cuda
+from conformance.serving.serving_client import ServerProcess, body_for, within
+from conformance.talker import talker_cases
+from higgs_dummy.cache import cached_checkpoint
+from reference.serve.metrics import metric
+
+pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]
+
+DOC = case_files.load("serving/server")
+LIMITS = DOC["limits"]
+SERVERS = {v["id"]: v for v in DOC["variants"]}
+PROMPTS = {p["id"]: p for p in talker_cases.load_prompts()["prompts"]}
+SPEECH = "/v1/audio/speech"
+ENGINE_PARAM = "limited"  # conftest.py: one xdist group per variant
+LEAD_IN_ROWS = 7  # a greedy stream cut by max_tokens has max_tokens - 7 real frames (the delay pattern)
+EXIT_WITHIN_S = 10.0
+
+
+def _marks(case):
+    if SERVERS[case["variant"]]["platform"] == "cuda":
+        return [pytest.mark.gpu]
+    if has_cuda():
+        return [pytest.mark.skip(reason="the CPU variant: on a CUDA machine the gpu variant runs instead")]
+    return []
+
+
+@pytest.fixture(scope="module", params=[pytest.param(c, id=c["id"], marks=_marks(c)) for c in LIMITS["variants"]])
+def limited(request, tmp_path_factory):
+    """(the case, its server variant, the running server)."""
+    case = request.param
+    variant = SERVERS[case["variant"]]
+    work = tmp_path_factory.mktemp(f"limits_{case['id']}")
+    (work / "voices").mkdir()
+    gpu = DOC["gpu_overrides"] if variant["platform"] == "cuda" else {}
+    overrides = {**DOC["overrides"], **gpu, **variant["overrides"], **case["overrides"]}
+    server = ServerProcess(cached_checkpoint("tiny", 0), variant["profile"], variant["platform"], overrides, work,
+                           work / "voices")
+    try:
+        server.wait_healthy()
+        yield case, overrides, server
+    finally:
+        server.stop()
+
+
+def _pcm(server, body, stream: bool) -> httpx.Response:
+    """The answer, read whole; a streamed one through a connection of its own (callable from threads)."""
+    with httpx.Client(base_url=server.url, timeout=300.0) as client:
+        if not stream:
+            return client.post(SPEECH, json={**body, "stream": False})
+        with client.stream("POST", SPEECH, json={**body, "stream_format": "audio"}) as response:
+            response.read()
+            return response
+
+
+def test_overload_at_four_times_the_slots_loses_nothing(limited):
+    case, overrides, server = limited
+    spec = LIMITS["overload"]
+    slots, waiting = int(overrides["stages.0.max_num_seqs"]), int(overrides["serving.max_waiting_requests"])
+    body = body_for(PROMPTS[spec["prompt"]], max_tokens=spec["max_tokens"], response_format="pcm")
+    whole = _pcm(server, body, stream=False)
+    assert whole.status_code == 200, whole.text
+    count = spec["per_slot"] * slots
+    together = threading.Barrier(count)
+
+    def send(_):
+        together.wait(timeout=60.0)
+        return _pcm(server, body, stream=True)
+
+    before = server.metrics()
+    with ThreadPoolExecutor(count) as pool:
+        answers = list(pool.map(send, range(count)))  # a transport error (a lost answer) raises here
+    served = [a for a in answers if a.status_code == 200]
+    refused = [a for a in answers if a.status_code == 503]
+    assert len(served) + len(refused) == count, sorted({a.status_code for a in answers})
+    for answer in served:
+        within(case["bound"], answer.content, whole.content)
+    for answer in refused:
+        assert answer.headers["content-type"] == "application/json" and int(answer.headers["retry-after"]) >= 1
+        assert answer.json()["error"]["param"].startswith("serving."), answer.text
+    print(f"{count} requests on {slots} slots ({waiting} may wait): {len(served)} served, {len(refused)} refused")
+    assert len(served) >= slots + waiting and refused, "the queue's limit never turned a request away"
+    after = server.wait_for(lambda v: metric(v, "higgs_serve_talker_slots_in_use") == 0
+                            and metric(v, "higgs_serve_queue_depth") == 0, timeout=60.0)
+    assert metric(after, "higgs_serve_rejected_total") - metric(before, "higgs_serve_rejected_total") == len(refused)
+
+
+def _edge_lengths(case) -> list[int]:
+    spec, first = LIMITS["edges"], case["first_chunk_frames"]
+    chunk = 25
+    edges = {first + k * chunk + offset for k in spec["chunks"] for offset in spec["offsets"]}
+    return sorted(edges | ({spec["shorter"]} if 0 < spec["shorter"] < first else set()))
+
+
+def test_streams_at_the_chunk_edges_lose_no_frame(limited):
+    case, _, server = limited
+    prompt = PROMPTS[LIMITS["edges"]["prompt"]]
+    for frames in _edge_lengths(case):
+        body = body_for(prompt, max_tokens=frames + LEAD_IN_ROWS, response_format="pcm")
+        whole, streamed = _pcm(server, body, stream=False), _pcm(server, body, stream=True)
+        assert whole.status_code == streamed.status_code == 200
+        assert len(whole.content) == frames * 960 * 2, f"{frames} frames answered as {len(whole.content) / 1920:g}"
+        within(case["bound"], streamed.content, whole.content)
+
+
+def _engine_core(server) -> psutil.Process:
+    cores = [p for p in psutil.Process(server.proc.pid).children(recursive=True)
+             if "EngineCore" in p.name() + " ".join(p.cmdline())]
+    assert len(cores) == 1, [p.cmdline() for p in psutil.Process(server.proc.pid).children(recursive=True)]
+    return cores[0]
+
+
+def test_a_killed_engine_fails_the_stream_answers_503_and_the_server_exits(limited):
+    """Runs last in its module: the server does not survive it."""
+    case, _, server = limited
+    spec = LIMITS["death"]
+    body = body_for(PROMPTS[spec["prompt"]], max_tokens=spec["max_tokens"], response_format="pcm",
+                    stream_format="audio")
+    core = _engine_core(server)
+    with httpx.Client(base_url=server.url, timeout=120.0) as client:
+        with client.stream("POST", SPEECH, json=body) as response:
+            assert response.status_code == 200
+            chunks = response.iter_raw()
+            received = len(next(chunks))
+            core.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            with pytest.raises(httpx.RemoteProtocolError):  # the chunked body ends without its last chunk
+                for data in chunks:
+                    received += len(data)
+        print(f"the stream in flight ended after {received} bytes of {(spec['max_tokens'] - LEAD_IN_ROWS) * 1920}")
+        deadline = killed + EXIT_WITHIN_S
+        while (health := client.get("/health")).status_code == 200:
+            assert time.monotonic() < deadline, "/health still answers 200 with the engine dead"
+            time.sleep(0.05)
+        answer = client.post(SPEECH, json={**body, "max_tokens": 16})
+    for reply in (health, answer):
+        assert reply.status_code == 503 and "talker engine is dead" in reply.text, reply.text
+    assert answer.json()["error"]["type"] == "engine_dead"
+    code = server.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    exited = time.monotonic() - killed
+    print(f"the server exited {code} {exited:.1f} s after the engine core was killed")
+    assert code == 1 and exited <= EXIT_WITHIN_S, server.log_tail()
