@@ -163,3 +163,10 @@ def test_a_quality_build_beside_a_vllm_bundle_carries_only_what_neither_has(tmp_
     assert manifest["left_out_host_has"] == ["numpy==2.3.5", "scipy==1.18.1"]
     assert manifest["host_versions_kept"] == ["scipy==1.17.1: the host's 1.18.1 kept"]
     assert bundle.verify(out) == manifest["parts"]
+
+
+def test_a_resolve_under_another_python_than_the_hosts_is_refused_naming_the_interpreter():
+    """pip would evaluate the dependencies' markers for the running Python, not the host's."""
+    bundle.check_interpreter("3.12", running=(3, 12))
+    with pytest.raises(SystemExit, match=r"host's Python is 3\.12, this is 3\.11: run the build under Python 3\.12"):
+        bundle.check_interpreter("3.12", running=(3, 11))

@@ -124,6 +124,40 @@ def test_streams_of_every_length_at_the_chunk_edges_lose_no_frame(name, push):
             f"{codes.shape[1]} frames: {measured}")
 
 
+class OrderedStage(CodecStage):
+    """Notes which stream each decoded window came from (its codes are all that stream's mark)."""
+
+    order: list
+
+    def decode_windows(self, windows):
+        self.order = getattr(self, "order", []) + [int(w.codes[0, 0]) for w in windows]
+        return super().decode_windows(windows)
+
+
+def test_a_first_window_is_decoded_before_the_backlog_of_streams_with_audio_to_play():
+    """Playback deadline first: stream 1 still has a second of audio to play and four windows
+    pending; stream 3, whose client waits for its first audio, submits one window after them, and
+    stream 2 (audio running out sooner than stream 1's) after that. One window a batch: 3, 2, then
+    stream 1's. (First in, first out decoded stream 1's four first.)"""
+    stage = OrderedStage(fixture_codec(), 1, 8)
+
+    async def run():
+        streams = {mark: stage.open(SMALL) for mark in (1, 2, 3)}
+        streams[1].started, streams[1].delivered_s = time.monotonic(), 1.0
+        streams[2].started, streams[2].delivered_s = time.monotonic(), 0.5
+        await streams[1].push(torch.full((8, 34), 1))  # four windows ready (12, 18, 24, 30 frames)
+        await streams[3].push(torch.full((8, 12), 3))  # its first window
+        await streams[2].push(torch.full((8, 12), 2))  # its first window, deadline before stream 1's
+        while len(getattr(stage, "order", [])) < 6:  # every window pushed is decoded; nothing more is cut
+            await asyncio.sleep(0.01)
+        for stream in streams.values():
+            await stream.finish()
+        return [await _gather(s) for s in streams.values()]
+
+    asyncio.run(run())
+    assert stage.order[:6] == [3, 2, 1, 1, 1, 1], stage.order
+
+
 def test_the_codec_batch_setting_changes_the_batching():
     clips = [codes_of(30, seed) for seed in range(4)]
     one, four = CodecStage(fixture_codec(), 1, 2), CodecStage(fixture_codec(), 4, 2)

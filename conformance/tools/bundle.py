@@ -1,12 +1,12 @@
 """vLLM for an offline GPU host: a bundle of wheels in parts, and its install into a folder of its own.
 
     python -m conformance.tools.bundle host > host.txt                    # on the host: what it has
-    python -m conformance.tools.bundle build --vllm 0.33.0 --host host.txt OUT   # with the registry
+    python3.12 -m conformance.tools.bundle build --vllm 0.33.0 --host host.txt OUT   # under the host's Python
     python -m conformance.tools.bundle install STAGE [--target DIR]       # on the host, parts copied to STAGE
 
 The quality checks' scorers and espeak-ng, as a small bundle that goes beside a vLLM one:
 
-    python -m conformance.tools.bundle build --with quality --add quality --deb quality --prefer-host \
+    python3.12 -m conformance.tools.bundle build --with quality --add quality --deb quality --prefer-host \
         --host host.txt --host VLLM_OUT/MANIFEST.json OUT
     python -m conformance.tools.bundle install STAGE --target ~/quality   # prints the exports
 
@@ -114,10 +114,23 @@ def prefer_host(requirements: list[str], have: dict[str, str]) -> tuple[list[str
     return kept, {n: v for n, v in have.items() if n not in named}, notes
 
 
+def check_interpreter(python: str, running: tuple[int, int] = sys.version_info[:2]) -> None:
+    """pip evaluates the environment markers of dependencies (`setuptools<81; python_version >=
+    "3.12"`) with the interpreter that runs it, whatever --python-version says: a resolve under
+    another Python drops or adds requirements without a word (seen: vLLM 0.30.0's setuptools pin
+    lost under 3.11, setuptools 84 bundled instead)."""
+    if ".".join(map(str, running)) != python:
+        raise SystemExit(f"bundle: the host's Python is {python}, this is {running[0]}.{running[1]}: run the build "
+                         f"under Python {python} (python{python} -m conformance.tools.bundle build ...), since pip "
+                         "evaluates the dependencies' python_version markers with its own interpreter")
+
+
 def resolve(requirements: list[str], python: str, glibc: str,
             constraints: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """(name, version) of every package the requirements (`vllm==X`, ...) need on that host, themselves
-    included; `constraints` (name: version) pins those packages wherever they are needed."""
+    included; `constraints` (name: version) pins those packages wherever they are needed. Runs only
+    under the host's Python version (check_interpreter)."""
+    check_interpreter(python)
     with tempfile.TemporaryDirectory() as work:
         report = Path(work) / "report.json"
         pins = Path(work) / "constraints.txt"

@@ -10,9 +10,13 @@ files never do).
   over an async iterator of frames, the producer in a task of its own.
 - Back-pressure: a stream has at most `max_inflight_chunks` chunks submitted and not yet taken by
   its consumer; at the limit `push` waits before cutting the next chunk.
-- Batching: while windows are pending, one worker task takes the oldest pending window's length
-  and up to `max_batch_size` pending windows of exactly that length, oldest first, and decodes them
-  as one batch (Codec.decode_batch). Never padded: no code is silence (code 0 is a sound) and the
+- Batching: while windows are pending, one worker task takes the most urgent pending window's
+  length and up to `max_batch_size` pending windows of exactly that length, most urgent first, and
+  decodes them as one batch (Codec.decode_batch). Urgency is the playback deadline
+  (StageStream.deadline): a stream without audio yet (a first chunk; a whole decode) comes first,
+  oldest first; then the stream whose delivered audio runs out soonest. So a new stream's first
+  window is not queued behind the steady chunks of streams that still have audio to play (FIFO
+  did that at 64 streams on the H200: first audio after 3.3 s). Never padded: no code is silence (code 0 is a sound) and the
   decoder reaches 10 frames each way, so padding would change the kept samples of any chunk whose
   look-ahead is short (the last chunk has none). Equal lengths leave only float rounding, so the
   stream = offline bound holds for batched chunks (tests/test_codec_stage.py).
@@ -157,8 +161,9 @@ class CodecStage:
     async def _run(self) -> None:
         await asyncio.sleep(0)  # let the other streams woken by the same engine step submit first
         while self._pending:
-            length = self._pending[0].window.codes.shape[1]
-            batch = [j for j in self._pending if j.window.codes.shape[1] == length][: self.max_batch_size]
+            length = min(self._pending, key=_urgency).window.codes.shape[1]
+            batch = sorted((j for j in self._pending if j.window.codes.shape[1] == length), key=_urgency)
+            batch = batch[: self.max_batch_size]
             self._pending = [j for j in self._pending if j not in batch]
             self.record.batches[len(batch)] += 1
             try:
@@ -176,6 +181,13 @@ class CodecStage:
             for job, chunk in zip(batch, chunks):
                 if not job.future.done():  # a closed stream's future is cancelled
                     job.future.set_result(chunk)
+
+
+def _urgency(job: Job) -> tuple[int, float]:
+    """Sorts pending jobs: first chunks and whole decodes (no audio out yet) before the rest, then
+    by playback deadline; sorted() and min() are stable, so submission order breaks ties."""
+    deadline = None if job.stream is None else job.stream.deadline
+    return (0, 0.0) if deadline is None else (1, deadline)
 
 
 def _fail(jobs: list[Job], error: Exception) -> None:

@@ -6,6 +6,7 @@ in order. close() drops what is pending or undelivered, so nothing reaches a clo
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -63,6 +64,14 @@ class StageStream:
         self._out: asyncio.Queue = asyncio.Queue()  # futures of the chunks in order, then _END or an error
         self.inflight = 0  # chunks submitted and not yet delivered
         self.closed = False
+        self.started: float | None = None  # when its first chunk was delivered (time.monotonic)
+        self.delivered_s = 0.0  # audio seconds delivered
+
+    @property
+    def deadline(self) -> float | None:
+        """When the audio delivered so far has played out, were playback to start at the first
+        delivery; None before any audio (the client waits for its first chunk now)."""
+        return None if self.started is None else self.started + self.delivered_s
 
     def _check_open(self, what: str) -> None:
         if self.closed:
@@ -106,10 +115,13 @@ class StageStream:
         if isinstance(item, Exception):
             raise item
         try:
-            return await item
+            chunk = await item
         finally:
             self.inflight -= 1
             self._room.release()
+        self.started = self.started or time.monotonic()
+        self.delivered_s += len(chunk) / self.stage.codec.cfg.sample_rate
+        return chunk
 
     def close(self) -> None:
         """Drops what is pending or undelivered; wakes a producer waiting for room (it raises)."""
