@@ -1,9 +1,9 @@
-"""Check that the serving checks catch planted defects (issue #11).
+"""Check that the serving checks catch planted defects (issues #11 and #33).
 
     python -m conformance.tools.mutate_serving [--baseline] [--list] [INDEX ...]
 
 Each mutation plants one defect in a copy of the tree and runs the check of
-conformance/serving/test_serving.py meant to catch it, against a server started from that copy (one
+conformance/serving/test_serving.py or test_server_limits.py meant to catch it, against a server started from that copy (one
 server boot per mutation: about a minute and a half each on a CPU). The mechanics:
 conformance/tools/mutation_run.py. On a CPU the selections run the cpu_default variant; on a GPU
 machine the gpu_* variants.
@@ -18,12 +18,14 @@ from conformance.tools.mutation_run import main, mutations_from_table
 PROTOCOL, AUDIO, APP, WAV = ("reference/serve/protocol.py", "reference/serve/audio.py", "reference/serve/app.py",
                              "reference/serve/wav.py")
 V1, STAGE, MAIN = "reference/talker/runner_v1.py", "reference/codec/stage.py", "reference/serve/__main__.py"
+ADMISSION = "reference/serve/admission.py"
 
 
 def serving(selection: str) -> tuple[str, ...]:
     return ("conformance/serving/test_serving.py", "-k", selection)
 
 
+LIMITS = "conformance/serving/test_server_limits.py"
 ABORT = serving("test_disconnect_aborts_the_request_and_spares_the_others")
 PLAIN = serving("test_streamed_audio_equals_the_whole_response and plain")
 FIRST = serving("test_first_chunk_arrives_before_the_server_takes_the_last_row")
@@ -43,8 +45,7 @@ MUTATIONS = [
      "            self.talker_requests.pop(req_id, None)\n",
      "            pass\n", ABORT),
     ("the streamed WAV header claiming a length (0 bytes of data)", APP,
-     "        if fmt == \"wav\":\n            yield wav_header(None)\n        async for chunk in chunks:\n            yield pcm16(chunk)",
-     "        if fmt == \"wav\":\n            yield wav_header(0)\n        async for chunk in chunks:\n            yield pcm16(chunk)",
+     "    if fmt == \"wav\":\n        yield wav_header(None)\n", "    if fmt == \"wav\":\n        yield wav_header(0)\n",
      PLAIN),
     ("the whole WAV header claiming the wrong length (samples for bytes)", WAV,
      "    data = UNKNOWN_LENGTH if data_bytes is None else data_bytes\n",
@@ -62,13 +63,21 @@ MUTATIONS = [
      "            await super().__call__({**scope, \"asgi\": {**scope.get(\"asgi\", {}), \"spec_version\": \"2.4\"}},\n"
      "                                   receive, counted_send)\n", MID_SEND),
     ("a streamed SSE WAV whose header claims 22050 Hz", APP,
-     "base64.b64encode(wav_header(None)).decode()", "base64.b64encode(wav_header(None, 22050)).decode()", SSE_WAV),
+     "        async for data in _pcm(first, chunks, fmt):\n            yield _event(",
+     "        async for data in _pcm(first, chunks, fmt):\n"
+     "            data = wav_header(None, 22050) if data == wav_header(None) else data\n            yield _event(", SSE_WAV),
     ("a streamed answer whose X-Sample-Rate claims 22050", APP,
-     "headers={\"X-Sample-Rate\": str(SAMPLE_RATE)}", "headers={\"X-Sample-Rate\": \"22050\"}", HEADERS),
+     "headers={\"X-Sample-Rate\": str(SAMPLE_RATE), **chosen}", "headers={\"X-Sample-Rate\": \"22050\", **chosen}",
+     HEADERS),
     ("an engine started with other settings than the profile resolved (max_num_seqs 3): the server must "
      "refuse to start, since what vLLM built is read back", MAIN,
      "**deployment_engine_kwargs(deployment))", "**{**deployment_engine_kwargs(deployment), \"max_num_seqs\": 3})",
      PLAIN),
+    ("a queue without a limit (every request waits for a slot, none is turned away)", ADMISSION,
+     "if self._slots.locked() and self.waiting >= limits.max_waiting_requests:", "if False:",
+     (LIMITS, "-k", "overload")),
+    ("a server that keeps running on a dead engine (the watchdog's exit dropped)", MAIN,
+     "    exits.append(ENGINE_DEAD_EXIT)\n", "    return\n", (LIMITS,)),
 ]
 
 

@@ -197,8 +197,7 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
      "module.output_padding = (module.stride[0] % 2,)",
      "module.output_padding = (0,)", CODEC_TESTS),
     ("project_out bias dropped", CODEC,
-     "summed = (projected + self.project_out_bias[:, None, :]).sum(0)",
-     "summed = projected.sum(0)", CODEC_TESTS),
+     "+ self.project_out_bias.sum(0)", "", CODEC_TESTS),
     # -- reference/talker/code_channel.py ---------------------------------------------------------------
     ("codebook offset dropped from the code ids", CC,
      "offsets = CODE_ID_OFFSET + torch.arange(NUM_CODEBOOKS, device=codes.device) * CODEBOOK_VOCAB",
