@@ -36,7 +36,7 @@ class FakeSpeaker:
     async def whole(self, request, request_id, ticket=None):
         return torch.cat(CHUNKS)
 
-    async def stream(self, request, request_id, received, ticket=None):
+    async def stream(self, request, request_id, received, ticket=None, usage=None):
         for chunk in CHUNKS:
             await asyncio.sleep(0)
             yield chunk
@@ -44,7 +44,7 @@ class FakeSpeaker:
 
 class FakeService(Service):
     async def speech_request(self, body):
-        return body  # the fake speaker reads nothing of it
+        return body, 3  # the fake speaker reads nothing of it; 3 prompt tokens
 
 
 def client(default) -> TestClient:

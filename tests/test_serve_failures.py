@@ -48,7 +48,7 @@ class ScriptedSpeaker:
         self.script, self.metrics, self.go = script, ServeMetrics(), threading.Event()
         self.api = type("API", (), {"engine": Engine()})()
 
-    async def stream(self, request, request_id, received, ticket=None):
+    async def stream(self, request, request_id, received, ticket=None, usage=None):
         try:
             for item in self.script:
                 if isinstance(item, BaseException):
@@ -152,7 +152,7 @@ def test_a_dead_engine_is_a_503_naming_it_and_the_watchdog_calls_for_the_exit():
 def test_an_engine_that_dies_before_the_first_audio_is_a_503_not_a_200():
     speaker = ScriptedSpeaker([])
 
-    async def dies(request, request_id, received, ticket=None):
+    async def dies(request, request_id, received, ticket=None, usage=None):
         speaker.api.engine.errored = True
         raise RuntimeError("EngineDeadError")
         yield  # an async generator

@@ -171,3 +171,10 @@ def test_streamed_wav_header_is_the_unknown_length_header():
 def test_pcm16_is_little_endian_clipped_and_rounded():
     assert pcm16(np.array([0.0, 1.0, -1.0, 2.0, 0.5], dtype=np.float32)) == struct.pack(
         "<5h", 0, 32767, -32767, 32767, 16384)
+
+
+def test_a_voice_object_names_the_voice_like_its_name():
+    """OpenAI's newer shape: `voice: {"id": NAME}`."""
+    assert parse(voice={"id": "narrator"}) == parse(voice="narrator")
+    for bad in ({"id": 3}, {"id": "narrator", "speed": 2}, {}):
+        refused("voice", voice=bad)

@@ -35,7 +35,8 @@ from reference.codec.model import load_codec
 from reference.codec.wav_io import read_wav
 from reference.serve.metrics import metric
 from reference.serve.wav import HEADER_BYTES, pcm16
-from reference.talker.special_tokens import load_tokenizer
+from reference.talker import prompts
+from reference.talker.special_tokens import load_tokenizer, special_ids
 
 pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]
 
@@ -336,6 +337,32 @@ def test_openai_client_streams_a_wav_the_offline_decode_matches(server, variant,
     offline = load_codec(cached_checkpoint("tiny", 0)).decode(rows_to_frames(torch.tensor(rows)))
     within(variant["bound"], pcm, pcm16(offline))
     assert np.allclose(samples, as_float(pcm).numpy() * 32767 / 32768, atol=1e-6)
+
+
+def test_openai_client_voice_object_sse_usage_and_pcm_headers(server, variant):
+    """OpenAI's newer request and answer details through its own client: `voice` as `{"id": ...}`,
+    SSE whose `speech.audio.done` carries `usage` (the prompt's tokens in, the talker's rows out,
+    checked against the prompt layout and the oracle's greedy rows), and raw PCM that names its
+    rate, channels and bits."""
+    openai = pytest.importorskip("openai", reason="the openai package (installed with vLLM) is missing")
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", timeout=300.0)
+    text = PROMPTS["fox"]["text"]
+    request = dict(model=MODEL_NAME, voice={"id": "default"}, input=text, response_format="pcm",
+                   extra_body={"temperature": 0.0})
+    with client.audio.speech.with_streaming_response.create(**request, stream_format="sse") as response:
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    assert [e["type"] for e in events[-1:]] == ["speech.audio.done"], events[-1:]
+    tokenizer = load_tokenizer(cached_checkpoint("tiny", 0))
+    rows = talker_cases.load_goldens()["streams"]["fox"]["rows"]
+    prompt = prompts.zero_shot(tokenizer, special_ids(tokenizer), text)
+    assert events[-1]["usage"] == {"input_tokens": len(prompt.token_ids), "output_tokens": len(rows),
+                                   "total_tokens": len(prompt.token_ids) + len(rows)}
+    sse = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    with client.audio.speech.with_streaming_response.create(**request, stream_format="audio") as response:
+        described = {n: response.headers.get(n) for n in ("x-sample-rate", "x-channels", "x-bit-depth")}
+        streamed = response.read()
+    assert described == {"x-sample-rate": "24000", "x-channels": "1", "x-bit-depth": "16"}
+    assert sse == streamed == _streamed(server, body_for(PROMPTS["fox"], response_format="pcm"))
 
 
 def test_no_request_was_answered_500(server):

@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from reference.serve.admission import Admission, Overloaded
-from reference.serve.audio import Speaker
+from reference.serve.audio import Speaker, Usage
 from reference.serve.metrics import ServeMetrics
 from reference.serve.protocol import (DEFAULT_VOICE, Limits, RequestError, SpeechBody, StreamDefault, parse_json,
                                       parse_speech)
@@ -32,6 +32,8 @@ from reference.speech import SpeechRequest
 
 logger = logging.getLogger("higgs_ref.serve")
 MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
+# Raw PCM has no header of its own: its answers describe it (a whole one too). A WAV's header does.
+PCM_HEADERS = {"pcm": {"X-Sample-Rate": str(SAMPLE_RATE), "X-Channels": "1", "X-Bit-Depth": "16"}, "wav": {}}
 ENGINE_WATCH_S = 0.5  # how often the watchdog asks whether the engine is alive
 
 
@@ -72,7 +74,8 @@ class Service:
         return await asyncio.to_thread(self.api.reference_codes, SpeechRequest("-", ref_audio=samples,
                                                                                ref_sample_rate=rate))
 
-    async def speech_request(self, body: SpeechBody) -> SpeechRequest:
+    async def speech_request(self, body: SpeechBody) -> tuple[SpeechRequest, int]:
+        """The request for the speech API, and its prompt's length in tokens (OpenAI's usage)."""
         codes = await self._codes(body)
         ref_text = body.ref_text
         if ref_text is None and body.voice != DEFAULT_VOICE:
@@ -80,10 +83,10 @@ class Service:
         sampling = {**self.default_sampling, **body.sampling}
         request = SpeechRequest(body.text, ref_codes=codes, ref_text=ref_text if codes is not None else None,
                                 sampling=sampling)
-        self.check_length(request)
-        return request
+        return request, self.check_length(request)
 
-    def check_length(self, request: SpeechRequest) -> None:
+    def check_length(self, request: SpeechRequest) -> int:
+        """The prompt's length in tokens, after checking that it and max_tokens fit max_model_len."""
         max_tokens = int(request.sampling.get("max_tokens") or self.api.default_max_tokens)
         try:
             prompt_tokens = len(self.api.prompt(request).token_ids)
@@ -100,6 +103,7 @@ class Service:
             raise RequestError(400, "input", f"'input' is {text_tokens} tokens, over the limit of {limit} tokens for "
                                              f"this request: the prompt ({around} tokens besides the input) plus "
                                              f"max_tokens ({max_tokens}) must fit {where}")
+        return prompt_tokens
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -161,14 +165,14 @@ async def _audio(first, chunks, fmt: str):
         await chunks.aclose()
 
 
-async def _sse(first, chunks, fmt: str):
+async def _sse(first, chunks, fmt: str, usage: Usage):
     """OpenAI's speech events: `speech.audio.delta` with base64 audio (the bytes of the audio
-    stream, WAV header first for wav), then `speech.audio.done`; a failure after the status line
-    is an `error` event, and no `speech.audio.done` follows it."""
+    stream, WAV header first for wav), then `speech.audio.done` with the request's `usage`; a
+    failure after the status line is an `error` event, and no `speech.audio.done` follows it."""
     try:
         async for data in _pcm(first, chunks, fmt):
             yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
-        yield _event({"type": "speech.audio.done"})
+        yield _event({"type": "speech.audio.done", "usage": usage.openai()})
     except Exception as exc:
         logger.exception("streamed speech failed after its first audio")
         yield _event({"type": "error", "error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error"}})
@@ -316,7 +320,8 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
         raw = await _read_body(request, service.limits.max_body_bytes)
         body = parse_speech(parse_json(raw), model_name=service.model_name, voices=service.voices,
                             runner=service.runner, limits=service.limits, stream_default=service.stream_default)
-        speech_request = await service.speech_request(body)
+        speech_request, prompt_tokens = await service.speech_request(body)
+        usage = Usage(input_tokens=prompt_tokens)
         request_id = f"speech-{uuid.uuid4().hex}"
         media = MEDIA_TYPES[body.response_format]
         # An answer the server's default chose says so, and why (the profile's geometry).
@@ -330,8 +335,8 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
                 pcm = pcm16(audio)
                 metrics.responses.labels("200").inc()
                 return Response(wav_file(pcm) if body.response_format == "wav" else pcm, media_type=media,
-                                headers=chosen)
-            chunks = service.speaker.stream(speech_request, request_id, received, ticket)
+                                headers={**PCM_HEADERS[body.response_format], **chosen})
+            chunks = service.speaker.stream(speech_request, request_id, received, ticket, usage)
             try:
                 first = await _unless_client_leaves(request, _first(chunks))
             except BaseException:
@@ -345,10 +350,11 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
             raise
         metrics.responses.labels("200").inc()
         if body.stream_format == "sse":
-            return ClosingStreamingResponse(_sse(first, chunks, body.response_format), media_type="text/event-stream",
-                                            sends_waiting=metrics.sends_waiting)
+            return ClosingStreamingResponse(_sse(first, chunks, body.response_format, usage),
+                                            media_type="text/event-stream", sends_waiting=metrics.sends_waiting)
         return ClosingStreamingResponse(_audio(first, chunks, body.response_format), media_type=media,
-                                        headers={"X-Sample-Rate": str(SAMPLE_RATE), **chosen},
+                                        headers={"X-Sample-Rate": str(SAMPLE_RATE), **PCM_HEADERS[body.response_format],
+                                                 **chosen},
                                         sends_waiting=metrics.sends_waiting)
 
     return app

@@ -49,6 +49,19 @@ class _Progress:
 
 
 @dataclass
+class Usage:
+    """OpenAI's usage of a speech request: the prompt's tokens in, the talker's rows out (one per
+    40 ms codec step; the end-of-speech step carries no audio and is not counted)."""
+
+    input_tokens: int
+    output_tokens: int = 0
+
+    def openai(self) -> dict:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "total_tokens": self.input_tokens + self.output_tokens}
+
+
+@dataclass
 class Speaker:
     api: SpeechAPI  # with its code2wav stage (SpeechAPI.stage)
     metrics: ServeMetrics
@@ -67,13 +80,16 @@ class Speaker:
         finally:
             progress.end()
 
-    async def _frames(self, request: SpeechRequest, request_id: str, progress: _Progress, ticket: Ticket | None):
+    async def _frames(self, request: SpeechRequest, request_id: str, progress: _Progress, ticket: Ticket | None,
+                      usage: Usage | None):
         """The request's real frames [8, n]; ended early (closed or cancelled), it aborts and counts.
         Its talker slot (`ticket`) is given back when its engine request ends, however it ends."""
         rows, frames, ended = self.api.stream_rows(request, request_id), RowsToFrames(), False
         try:
             async for new_rows in rows:
                 progress.running()
+                if usage is not None:
+                    usage.output_tokens += len(new_rows)
                 yield frames.add(new_rows)
             ended = True
         except Exception:  # the response reports it (the status line is already sent)
@@ -88,10 +104,11 @@ class Speaker:
             _release(ticket)
 
     async def stream(self, request: SpeechRequest, request_id: str, received: float,
-                     ticket: Ticket | None = None) -> AsyncIterator[torch.Tensor]:
-        """PCM chunks (24 kHz float) as the geometry cuts them; closing the iterator early aborts."""
+                     ticket: Ticket | None = None, usage: Usage | None = None) -> AsyncIterator[torch.Tensor]:
+        """PCM chunks (24 kHz float) as the geometry cuts them; closing the iterator early aborts.
+        `usage.output_tokens` counts the rows as they arrive."""
         progress, first = _Progress(self.metrics), True
-        chunks = self.api.stage.stream(self._frames(request, request_id, progress, ticket))
+        chunks = self.api.stage.stream(self._frames(request, request_id, progress, ticket, usage))
         try:
             async for item in chunks:
                 if first:

@@ -1,7 +1,7 @@
 """The body of `POST /v1/audio/speech`: OpenAI's speech fields plus the talker's, checked one
 field at a time so that every error names its field (`RequestError.param`).
 
-OpenAI's fields: `model` (the served name), `input`, `voice`, `response_format` (wav | pcm; the
+OpenAI's fields: `model` (the served name), `input`, `voice` (a name, or `{"id": NAME}`), `response_format` (wav | pcm; the
 compressed formats are refused), `stream_format` (audio | sse; absent with `stream`: the server's
 `StreamDefault`),
 `speed` (1.0 only), `instructions` (empty only). The talker's: `ref_audio` (a WAV file, base64),
@@ -140,6 +140,17 @@ def _ref_audio(body: Mapping, limits: Limits) -> bytes | None:
     return data
 
 
+def _voice(body: Mapping) -> str:
+    """A voice name, or OpenAI's custom voice object `{"id": NAME}`."""
+    voice = body.get("voice", DEFAULT_VOICE)
+    if isinstance(voice, Mapping):
+        if set(voice) != {"id"} or not isinstance(voice["id"], str):
+            raise RequestError(400, "voice", "'voice' as an object must be {\"id\": NAME} and nothing else, got "
+                                             f"{json.dumps(voice)[:200]}")
+        return voice["id"]
+    return _string(body, "voice", DEFAULT_VOICE)
+
+
 def _sampling(body: Mapping, runner: str) -> dict[str, Any]:
     accepted: dict[str, Any] = {}
     for name in sorted(k for k in body if k in SAMPLING_FIELDS):
@@ -178,7 +189,7 @@ def parse_speech(body: Mapping, *, model_name: str, voices, runner: str, limits:
     text = _string(body, "input", required=True)
     if not text.strip():
         raise RequestError(400, "input", "'input' is empty: give the text to speak")
-    voice = _string(body, "voice", DEFAULT_VOICE)
+    voice = _voice(body)
     if voice not in voices:
         raise RequestError(400, "voice", f"unknown voice {voice!r}; this server knows {', '.join(sorted(voices))}")
     response_format = _choice(body, "response_format", "wav", RESPONSE_FORMATS,
