@@ -118,7 +118,8 @@ def test_empty_and_whitespace_input():
 def test_unknown_fields_voice_format_model():
     refused("volume", volume=1)
     refused("voice", voice="alloy")
-    refused("response_format", response_format="mp3")
+    refused("response_format", response_format="ogg")
+    assert parse(response_format="mp3").response_format == "mp3"
     refused("stream_format", stream_format="chunks")
     refused("model", model="tts-1")
     refused("speed", speed=2.0)

@@ -28,11 +28,14 @@ from conformance.talker import talker_cases
 from conformance.environment import has_cuda
 from conformance.serving.serving_client import (MODEL_NAME, ServerProcess, SlowReader, as_float, body_for,
                                                 pcm_of_wav, wav_bytes, within)
+from conformance.serving.encoded_audio import judge
 from conformance.serving.stream_default import check_default_answer
 from higgs_dummy.cache import cached_checkpoint
 from reference.codec.delay_pattern import rows_to_frames
 from reference.codec.model import load_codec
 from reference.codec.wav_io import read_wav
+from reference.serve.app import MEDIA_TYPES
+from reference.serve.encode import FORMATS
 from reference.serve.metrics import metric
 from reference.serve.wav import HEADER_BYTES, pcm16
 from reference.talker import prompts
@@ -363,6 +366,24 @@ def test_openai_client_voice_object_sse_usage_and_pcm_headers(server, variant):
         streamed = response.read()
     assert described == {"x-sample-rate": "24000", "x-channels": "1", "x-bit-depth": "16"}
     assert sse == streamed == _streamed(server, body_for(PROMPTS["fox"], response_format="pcm"))
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_compressed_answers_decode_to_the_pcm_answer(fmt, server):
+    """Whole, streamed and SSE, each decoded by a decoder other than its encoder and judged against
+    the PCM answer of the same kind (encoded_audio.py; bounds: `formats` in server.yaml)."""
+    body = body_for(PROMPTS["fox"])
+    whole_pcm, streamed_pcm = _whole(server, {**body, "response_format": "pcm"}), _streamed(server, {**body, "response_format": "pcm"})
+    whole = server.client.post(SPEECH, json={**body, "response_format": fmt, "stream": False})
+    assert whole.status_code == 200 and whole.headers["content-type"] == MEDIA_TYPES[fmt], whole.headers
+    with server.client.stream("POST", SPEECH, json={**body, "response_format": fmt, "stream_format": "audio"}) as response:
+        assert response.status_code == 200 and response.headers["content-type"] == MEDIA_TYPES[fmt]
+        streamed = response.read()
+    sse = _sse(server, {**body, "response_format": fmt})
+    bound = DOC["formats"][fmt]
+    for name, data, pcm, is_streamed in (("whole", whole.content, whole_pcm, False), ("streamed", streamed, streamed_pcm, True),
+                                         ("sse", sse, streamed_pcm, True)):
+        print(f"{fmt} {name}: {judge(fmt, data, pcm, is_streamed, bound)}")
 
 
 def test_no_request_was_answered_500(server):

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from reference.serve.admission import Admission, Overloaded
 from reference.serve.audio import Speaker, Usage
+from reference.serve.encode import FORMATS, StreamEncoder, encode_whole
 from reference.serve.metrics import ServeMetrics
 from reference.serve.protocol import (DEFAULT_VOICE, Limits, RequestError, SpeechBody, StreamDefault, parse_json,
                                       parse_speech)
@@ -31,9 +32,9 @@ from reference.serve.wav import SAMPLE_RATE, pcm16, wav_file, wav_header
 from reference.speech import SpeechRequest
 
 logger = logging.getLogger("higgs_ref.serve")
-MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
-# Raw PCM has no header of its own: its answers describe it (a whole one too). A WAV's header does.
-PCM_HEADERS = {"pcm": {"X-Sample-Rate": str(SAMPLE_RATE), "X-Channels": "1", "X-Bit-Depth": "16"}, "wav": {}}
+MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", **{name: f.media_type for name, f in FORMATS.items()}}
+# Raw PCM has no header of its own: its answers describe it (a whole one too). The others' do.
+PCM_HEADERS = {"pcm": {"X-Sample-Rate": str(SAMPLE_RATE), "X-Channels": "1", "X-Bit-Depth": "16"}}
 ENGINE_WATCH_S = 0.5  # how often the watchdog asks whether the engine is alive
 
 
@@ -146,13 +147,31 @@ class ClosingStreamingResponse(StreamingResponse):
 
 
 async def _pcm(first, chunks, fmt: str):
-    """The audio stream's bytes: the WAV header for wav, the first chunk, then the rest."""
+    """The audio stream's bytes: the WAV header for wav, the first chunk, then the rest; the
+    compressed formats through their encoder (in a thread: FFmpeg releases the GIL), which gives
+    its last bytes when the stream ends."""
     if fmt == "wav":
         yield wav_header(None)
+    encoder = StreamEncoder(fmt) if fmt in FORMATS else None
     if first is not None:
-        yield pcm16(first)
-        async for chunk in chunks:
-            yield pcm16(chunk)
+        async for chunk in _chain(first, chunks):
+            data = pcm16(chunk) if encoder is None else await asyncio.to_thread(encoder.add, pcm16(chunk))
+            if data:
+                yield data
+    if encoder is not None:
+        yield await asyncio.to_thread(encoder.finish)
+
+
+def _whole_answer(pcm: bytes, fmt: str) -> bytes:
+    if fmt in FORMATS:
+        return encode_whole(fmt, pcm)
+    return wav_file(pcm) if fmt == "wav" else pcm
+
+
+async def _chain(first, chunks):
+    yield first
+    async for chunk in chunks:
+        yield chunk
 
 
 async def _audio(first, chunks, fmt: str):
@@ -332,10 +351,9 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
                 ticket = await _unless_client_leaves(request, service.admission.admit())
             if body.stream_format is None:
                 audio = await _unless_client_leaves(request, service.speaker.whole(speech_request, request_id, ticket))
-                pcm = pcm16(audio)
+                answer = await asyncio.to_thread(_whole_answer, pcm16(audio), body.response_format)
                 metrics.responses.labels("200").inc()
-                return Response(wav_file(pcm) if body.response_format == "wav" else pcm, media_type=media,
-                                headers={**PCM_HEADERS[body.response_format], **chosen})
+                return Response(answer, media_type=media, headers={**PCM_HEADERS.get(body.response_format, {}), **chosen})
             chunks = service.speaker.stream(speech_request, request_id, received, ticket, usage)
             try:
                 first = await _unless_client_leaves(request, _first(chunks))
@@ -353,7 +371,7 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
             return ClosingStreamingResponse(_sse(first, chunks, body.response_format, usage),
                                             media_type="text/event-stream", sends_waiting=metrics.sends_waiting)
         return ClosingStreamingResponse(_audio(first, chunks, body.response_format), media_type=media,
-                                        headers={"X-Sample-Rate": str(SAMPLE_RATE), **PCM_HEADERS[body.response_format],
+                                        headers={"X-Sample-Rate": str(SAMPLE_RATE), **PCM_HEADERS.get(body.response_format, {}),
                                                  **chosen},
                                         sends_waiting=metrics.sends_waiting)
 

@@ -1,9 +1,9 @@
 """The body of `POST /v1/audio/speech`: OpenAI's speech fields plus the talker's, checked one
 field at a time so that every error names its field (`RequestError.param`).
 
-OpenAI's fields: `model` (the served name), `input`, `voice` (a name, or `{"id": NAME}`), `response_format` (wav | pcm; the
-compressed formats are refused), `stream_format` (audio | sse; absent with `stream`: the server's
-`StreamDefault`),
+OpenAI's fields: `model` (the served name), `input`, `voice` (a name, or `{"id": NAME}`),
+`response_format` (wav, the default as vllm-omni's; pcm; mp3, opus, aac, flac encoded by FFmpeg
+through PyAV), `stream_format` (audio | sse; absent with `stream`: the server's `StreamDefault`),
 `speed` (1.0 only), `instructions` (empty only). The talker's: `ref_audio` (a WAV file, base64),
 `ref_text`, `stream` (true = stream_format audio, false = one whole response) and the sampling fields of
 reference/deploy/sampling.py (`temperature`, `top_p`, `top_k`, `seed`, `max_tokens` = the length
@@ -24,8 +24,7 @@ from reference.deploy.sampling import LOGPROB_FIELDS, NEUTRAL_VALUES, SUPPORTED_
 from reference.deploy.sampling import validate_sampling_params
 from reference.deploy.stream_check import StreamCheck
 
-RESPONSE_FORMATS = ("wav", "pcm")
-UNSUPPORTED_FORMATS = ("mp3", "opus", "aac", "flac")  # OpenAI's; no encoder here
+RESPONSE_FORMATS = ("wav", "pcm", "mp3", "opus", "aac", "flac")  # OpenAI's six (reference/serve/encode.py)
 STREAM_FORMATS = ("audio", "sse")
 DEFAULT_VOICE = "default"  # zero-shot: no reference voice
 SAMPLING_FIELDS = frozenset(SUPPORTED_FIELDS) | frozenset(LOGPROB_FIELDS) | frozenset(NEUTRAL_VALUES)
@@ -192,9 +191,7 @@ def parse_speech(body: Mapping, *, model_name: str, voices, runner: str, limits:
     voice = _voice(body)
     if voice not in voices:
         raise RequestError(400, "voice", f"unknown voice {voice!r}; this server knows {', '.join(sorted(voices))}")
-    response_format = _choice(body, "response_format", "wav", RESPONSE_FORMATS,
-                              " (no compressed formats: 16-bit PCM only)" if body.get("response_format") in
-                              UNSUPPORTED_FORMATS else "")
+    response_format = _choice(body, "response_format", "wav", RESPONSE_FORMATS)
     stream_format, applied = _stream_format(body, stream_default)
     speed = body.get("speed", 1.0)
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or speed != 1.0:

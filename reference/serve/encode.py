@@ -1,0 +1,113 @@
+"""The compressed answers (`response_format` mp3, opus, aac, flac): 16-bit mono 24 kHz PCM in,
+FFmpeg's encoder and muxer through PyAV out, chunk by chunk.
+
+`StreamEncoder.add(pcm)` returns the bytes the muxer has written so far (an encoder holds back what
+its frame size and look-ahead need: LAME's first frames come with the second chunk);
+`finish()` flushes the encoder and writes the trailer, so the last samples are never lost. PyAV
+cuts the samples into the codec's frame size and converts the sample format (FFmpeg's
+swresample); nothing here touches a sample. The output is a write-only stream (no seek), so every
+muxer writes what a streamed answer can carry: no Xing/LAME header for mp3 (a decoder then keeps
+the encoder's priming, 1105 samples, as silence at the start), ADTS frames for aac (1024 samples
+of priming), Ogg pages with the pre-skip for opus (decoders drop the priming), and FLAC without the
+final STREAMINFO rewrite (the total length stays unknown, as in a streamed WAV). A whole answer
+(`encode_whole`) goes through the same encoder into a seekable buffer, so its header is complete.
+
+Content types as OpenAI and vllm-omni answer them (vllm-omni 0.30.0, entrypoints/openai/
+serving_speech.py): audio/mpeg, audio/ogg, audio/aac, audio/flac.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import av
+import numpy as np
+
+SAMPLE_RATE = 24000
+
+
+@dataclass(frozen=True)
+class Format:
+    container: str  # FFmpeg's muxer
+    codec: str  # FFmpeg's encoder
+    media_type: str
+    bit_rate: int | None = None  # None: lossless
+
+
+# Mono 24 kHz: mp3 is MPEG-2 layer III there (8-160 kbit/s; LAME's default would be 64).
+FORMATS = {
+    "mp3": Format("mp3", "libmp3lame", "audio/mpeg", 128_000),
+    "opus": Format("ogg", "libopus", "audio/ogg", 64_000),
+    "aac": Format("adts", "aac", "audio/aac", 96_000),
+    "flac": Format("flac", "flac", "audio/flac"),
+}
+
+
+def _add_stream(container, spec: Format, sample_rate: int):
+    stream = container.add_stream(spec.codec, rate=sample_rate, layout="mono")
+    if spec.bit_rate is not None:
+        stream.bit_rate = spec.bit_rate
+    return stream
+
+
+class _Sink:
+    """Where the muxer writes: bytes kept until taken. No seek, so muxers write for a stream."""
+
+    def __init__(self):
+        self.parts: list[bytes] = []
+
+    def write(self, data) -> int:
+        self.parts.append(bytes(data))
+        return len(data)
+
+    def take(self) -> bytes:
+        data, self.parts = b"".join(self.parts), []
+        return data
+
+
+class StreamEncoder:
+    def __init__(self, response_format: str, sample_rate: int = SAMPLE_RATE):
+        spec = FORMATS[response_format]
+        self._sink = _Sink()
+        # bitexact: no random Ogg serial number, so equal PCM always makes equal bytes
+        self._container = av.open(self._sink, mode="w", format=spec.container,
+                                  container_options={"fflags": "+bitexact"})
+        self._stream = _add_stream(self._container, spec, sample_rate)
+        self._rate, self._pts = sample_rate, 0
+
+    def add(self, pcm: bytes) -> bytes:
+        """16-bit little-endian mono PCM in; the encoded bytes ready so far out (maybe none)."""
+        frame = _frame(pcm, self._rate, self._pts)
+        self._pts += frame.samples
+        return self._mux(self._stream.encode(frame))
+
+    def finish(self) -> bytes:
+        """The encoder flushed and the stream closed: the rest of the bytes."""
+        data = self._mux(self._stream.encode(None))
+        self._container.close()
+        return data + self._sink.take()
+
+    def _mux(self, packets) -> bytes:
+        for packet in packets:
+            self._container.mux(packet)
+        return self._sink.take()
+
+
+def encode_whole(response_format: str, pcm: bytes, sample_rate: int = SAMPLE_RATE) -> bytes:
+    """A whole answer: the same encoder into a seekable buffer, so the muxer completes its header at
+    the end (FLAC's STREAMINFO with the length and MD5; mp3's Xing/LAME header with the encoder
+    delay, which decoders use to drop the priming)."""
+    spec, buffer = FORMATS[response_format], io.BytesIO()
+    with av.open(buffer, mode="w", format=spec.container, container_options={"fflags": "+bitexact"}) as container:
+        stream = _add_stream(container, spec, sample_rate)
+        for packet in [*stream.encode(_frame(pcm, sample_rate, 0)), *stream.encode(None)]:
+            container.mux(packet)
+    return buffer.getvalue()
+
+
+def _frame(pcm: bytes, sample_rate: int, pts: int) -> av.AudioFrame:
+    samples = np.frombuffer(pcm, dtype="<i2")[None, :]  # [1, n]
+    frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
+    frame.sample_rate, frame.pts = sample_rate, pts
+    return frame

@@ -1,0 +1,75 @@
+"""The compressed answers (reference/serve/encode.py) judged as the server's checks judge them
+(conformance/serving/encoded_audio.py), on two synthetic signals, speech-like and noise, streamed
+in 1 s chunks and whole: every format decodes, by another decoder, within the case file's bound,
+and the bound fails for a dropped chunk, a cut tail and a wrong rate."""
+
+import numpy as np
+import pytest
+
+from conformance import case_files
+from conformance.serving.encoded_audio import judge, measure
+from reference.serve.encode import FORMATS, StreamEncoder, encode_whole
+
+RATE = 24000
+BOUNDS = case_files.load("serving/server")["formats"]
+CHUNK_BYTES = 2 * RATE  # 1 s of 16-bit PCM
+
+
+def speech_like(seconds: float = 4.0, seed: int = 0) -> bytes:
+    """A gliding 120 Hz voice of 29 harmonics, syllable-rate envelope, a little breath noise."""
+    rng, t = np.random.default_rng(seed), np.arange(int(RATE * seconds)) / RATE
+    phase = 2 * np.pi * np.cumsum(120 + 30 * np.sin(2 * np.pi * 0.7 * t)) / RATE
+    voice = sum(np.sin(k * phase) / k for k in range(1, 30)) * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t) ** 2)
+    return _pcm(0.15 * voice + 0.02 * rng.standard_normal(t.size))
+
+
+def noise(seconds: float = 4.0, seed: int = 1) -> bytes:
+    return _pcm(0.2 * np.random.default_rng(seed).standard_normal(int(RATE * seconds)))
+
+
+def _pcm(x: np.ndarray) -> bytes:
+    return (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+def streamed(fmt: str, pcm: bytes, rate: int = RATE, drop: int | None = None) -> bytes:
+    chunks = [pcm[i : i + CHUNK_BYTES] for i in range(0, len(pcm), CHUNK_BYTES)]
+    if drop is not None:
+        del chunks[drop]
+    encoder = StreamEncoder(fmt, rate)
+    return b"".join(encoder.add(c) for c in chunks) + encoder.finish()
+
+
+SIGNALS = {"speech_like": speech_like(), "noise": noise()}
+
+
+@pytest.mark.parametrize("signal", sorted(SIGNALS))
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_each_format_decodes_to_the_pcm_streamed_and_whole(fmt, signal):
+    pcm = SIGNALS[signal]
+    for is_streamed, data in ((True, streamed(fmt, pcm)), (False, encode_whole(fmt, pcm))):
+        print(f"{fmt} {signal} {'streamed' if is_streamed else 'whole'}: {judge(fmt, data, pcm, is_streamed, BOUNDS[fmt])}")
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_a_streamed_answer_is_chunking_blind(fmt):
+    """Equal PCM makes equal bytes however it is cut (the encoder reframes; no random Ogg serial)."""
+    pcm = SIGNALS["speech_like"]
+    encoder = StreamEncoder(fmt)
+    odd = b"".join(encoder.add(pcm[i : i + 2 * 777]) for i in range(0, len(pcm), 2 * 777)) + encoder.finish()
+    assert odd == streamed(fmt, pcm)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("defect", ["dropped_chunk", "cut_tail", "wrong_rate"])
+def test_the_bound_fails_a_dropped_chunk_a_cut_tail_and_a_wrong_rate(fmt, defect):
+    pcm = SIGNALS["speech_like"]
+    if defect == "wrong_rate" and fmt == "opus":
+        pytest.skip("libopus encodes 8, 12, 16, 24 or 48 kHz only: 22050 is refused at open")
+    data = {"dropped_chunk": lambda: streamed(fmt, pcm, drop=1), "cut_tail": lambda: streamed(fmt, pcm[:-CHUNK_BYTES]),
+            "wrong_rate": lambda: streamed(fmt, pcm, rate=22050)}[defect]()
+    with pytest.raises(AssertionError) as failed:
+        judge(fmt, data, pcm, True, BOUNDS[fmt])
+    print(f"{fmt} {defect}: {failed.value}")
+    if defect != "wrong_rate" and not BOUNDS[fmt].get("exact"):
+        measured = measure(fmt, data, pcm, True)
+        assert measured.mel_db > 3 * BOUNDS[fmt]["max_mel_db"], measured  # far past the bound, not at its edge
