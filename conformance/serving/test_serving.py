@@ -372,18 +372,17 @@ def test_openai_client_voice_object_sse_usage_and_pcm_headers(server, variant):
 def test_compressed_answers_decode_to_the_pcm_answer(fmt, server):
     """Whole, streamed and SSE, each decoded by a decoder other than its encoder and judged against
     the PCM answer of the same kind (encoded_audio.py; bounds: `formats` in server.yaml)."""
-    body = body_for(PROMPTS["fox"])
-    whole_pcm, streamed_pcm = _whole(server, {**body, "response_format": "pcm"}), _streamed(server, {**body, "response_format": "pcm"})
-    whole = server.client.post(SPEECH, json={**body, "response_format": fmt, "stream": False})
+    pcm, body = body_for(PROMPTS["fox"], response_format="pcm"), body_for(PROMPTS["fox"], response_format=fmt)
+    whole_pcm, streamed_pcm = _whole(server, pcm), _streamed(server, pcm)
+    whole = server.client.post(SPEECH, json={**body, "stream": False})
     assert whole.status_code == 200 and whole.headers["content-type"] == MEDIA_TYPES[fmt], whole.headers
-    with server.client.stream("POST", SPEECH, json={**body, "response_format": fmt, "stream_format": "audio"}) as response:
+    with server.client.stream("POST", SPEECH, json={**body, "stream_format": "audio"}) as response:
         assert response.status_code == 200 and response.headers["content-type"] == MEDIA_TYPES[fmt]
         streamed = response.read()
-    sse = _sse(server, {**body, "response_format": fmt})
-    bound = DOC["formats"][fmt]
-    for name, data, pcm, is_streamed in (("whole", whole.content, whole_pcm, False), ("streamed", streamed, streamed_pcm, True),
-                                         ("sse", sse, streamed_pcm, True)):
-        print(f"{fmt} {name}: {judge(fmt, data, pcm, is_streamed, bound)}")
+    answers = {"whole": (whole.content, whole_pcm, False), "streamed": (streamed, streamed_pcm, True),
+               "sse": (_sse(server, body), streamed_pcm, True)}
+    for name, (data, reference, is_streamed) in answers.items():
+        print(f"{fmt} {name}: {judge(fmt, data, reference, is_streamed, DOC['formats'][fmt])}")
 
 
 def test_no_request_was_answered_500(server):

@@ -67,7 +67,7 @@ MUTATIONS = [
      "        async for data in _pcm(first, chunks, fmt):\n"
      "            data = wav_header(None, 22050) if data == wav_header(None) else data\n            yield _event(", SSE_WAV),
     ("a streamed answer whose X-Sample-Rate claims 22050", APP,
-     "headers={\"X-Sample-Rate\": str(SAMPLE_RATE), **PCM_HEADERS.get", "headers={\"X-Sample-Rate\": \"22050\", **PCM_HEADERS.get",
+     "described = {\"X-Sample-Rate\": str(SAMPLE_RATE),", "described = {\"X-Sample-Rate\": \"22050\",",
      HEADERS),
     ("an engine started with other settings than the profile resolved (max_num_seqs 3): the server must "
      "refuse to start, since what vLLM built is read back", MAIN,

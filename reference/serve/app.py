@@ -370,9 +370,8 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
         if body.stream_format == "sse":
             return ClosingStreamingResponse(_sse(first, chunks, body.response_format, usage),
                                             media_type="text/event-stream", sends_waiting=metrics.sends_waiting)
-        return ClosingStreamingResponse(_audio(first, chunks, body.response_format), media_type=media,
-                                        headers={"X-Sample-Rate": str(SAMPLE_RATE), **PCM_HEADERS.get(body.response_format, {}),
-                                                 **chosen},
+        described = {"X-Sample-Rate": str(SAMPLE_RATE), **PCM_HEADERS.get(body.response_format, {}), **chosen}
+        return ClosingStreamingResponse(_audio(first, chunks, body.response_format), media_type=media, headers=described,
                                         sends_waiting=metrics.sends_waiting)
 
     return app
