@@ -98,12 +98,18 @@ def test_overload_at_four_times_the_slots_loses_nothing(limited):
             assert holders[-1].status == 200 and holders[-1].read_body(1)
         with ThreadPoolExecutor(waiting) as pool:
             queued = [pool.submit(_pcm, server, body, True) for _ in range(waiting)]
-            server.wait_for(lambda v: metric(v, "higgs_serve_queue_depth") == waiting, timeout=SETTLE_S,
-                            what=f"{waiting} requests did not wait in the queue")
-            extra = spec["per_slot"] * slots - slots - waiting
-            with ThreadPoolExecutor(extra) as others:  # a request the queue takes instead times out here
-                refused = list(others.map(lambda _: _pcm(server, body, stream=True, timeout=SETTLE_S / 2), range(extra)))
-            kept = [h.read_rest() for h in holders]
+            try:
+                server.wait_for(lambda v: metric(v, "higgs_serve_queue_depth") == waiting, timeout=SETTLE_S,
+                                what=f"{waiting} requests did not wait in the queue")
+                extra = spec["per_slot"] * slots - slots - waiting
+                with ThreadPoolExecutor(extra) as others:  # a request the queue takes instead times out here
+                    refused = list(others.map(lambda _: _pcm(server, body, stream=True, timeout=SETTLE_S / 2),
+                                              range(extra)))
+                kept = [h.read_rest() for h in holders]
+            except BaseException:
+                for holder in holders:  # the slots free: the queued requests end, and with them the pool
+                    holder.leave()
+                raise
             served = [f.result(timeout=SETTLE_S * 5) for f in queued]
     finally:
         for holder in holders:
