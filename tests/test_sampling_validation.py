@@ -72,3 +72,13 @@ def test_bad_arguments():
         validate_sampling_params({}, "v3")
     with pytest.raises(SamplingParamsError, match="mapping"):
         validate_sampling_params([("top_k", 5)], "v2")
+
+
+@pytest.mark.parametrize("seed", [2**63, -(2**63) - 1, 2**70])
+def test_a_seed_past_64_bits_is_refused_before_it_reaches_the_engine(seed):
+    """The seed lands in an int64 slot of the talker's state; before this check, 2**70 was a 500
+    from inside vLLM ("extra_args integers must be between -2**63 and 2**64 - 1")."""
+    for edge in (2**63 - 1, -(2**63), 0, 42):
+        assert validate_sampling_params({"seed": edge}, "v2") == {"seed": edge}
+    with pytest.raises(SamplingParamsError, match="'seed' must be a 64-bit signed integer"):
+        validate_sampling_params({"seed": seed}, "v1")
