@@ -44,11 +44,15 @@ FORMATS = {
 }
 
 
-def _add_stream(container, spec: Format, sample_rate: int):
+def _open(target, response_format: str, sample_rate: int):
+    """(FFmpeg's muxer writing to `target`, its encoder's stream). bitexact: no random Ogg serial
+    number, so equal PCM always makes equal bytes."""
+    spec = FORMATS[response_format]
+    container = av.open(target, mode="w", format=spec.container, container_options={"fflags": "+bitexact"})
     stream = container.add_stream(spec.codec, rate=sample_rate, layout="mono")
     if spec.bit_rate is not None:
         stream.bit_rate = spec.bit_rate
-    return stream
+    return container, stream
 
 
 class _Sink:
@@ -68,12 +72,8 @@ class _Sink:
 
 class StreamEncoder:
     def __init__(self, response_format: str, sample_rate: int = SAMPLE_RATE):
-        spec = FORMATS[response_format]
         self._sink = _Sink()
-        # bitexact: no random Ogg serial number, so equal PCM always makes equal bytes
-        self._container = av.open(self._sink, mode="w", format=spec.container,
-                                  container_options={"fflags": "+bitexact"})
-        self._stream = _add_stream(self._container, spec, sample_rate)
+        self._container, self._stream = _open(self._sink, response_format, sample_rate)
         self._rate, self._pts = sample_rate, 0
 
     def add(self, pcm: bytes) -> bytes:
@@ -98,9 +98,9 @@ def encode_whole(response_format: str, pcm: bytes, sample_rate: int = SAMPLE_RAT
     """A whole answer: the same encoder into a seekable buffer, so the muxer completes its header at
     the end (FLAC's STREAMINFO with the length and MD5; mp3's Xing/LAME header with the encoder
     delay, which decoders use to drop the priming)."""
-    spec, buffer = FORMATS[response_format], io.BytesIO()
-    with av.open(buffer, mode="w", format=spec.container, container_options={"fflags": "+bitexact"}) as container:
-        stream = _add_stream(container, spec, sample_rate)
+    buffer = io.BytesIO()
+    container, stream = _open(buffer, response_format, sample_rate)
+    with container:
         for packet in [*stream.encode(_frame(pcm, sample_rate, 0)), *stream.encode(None)]:
             container.mux(packet)
     return buffer.getvalue()
