@@ -15,3 +15,7 @@ goes on. The plan of phases: plan.py; each figure's median and spread over the r
 split in five: spread.py (the engine core's admission and first-token instants: admission.py); derived figures and the
 terminal table: summary.py; the PNG: plot.py. Results of GPU runs live in benchmarks/results/.
 """
+
+# The text every benchmark speaks (in process and through HTTP), here so that served.py can read it
+# without importing vLLM.
+TEXT = "Model Runner V2 keeps the talker state on the device and streams audio in codec windows."

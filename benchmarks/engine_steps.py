@@ -31,9 +31,9 @@ from reference.speech import SpeechAPI
 from reference.talker import code_channel, prompts
 from reference.talker.special_tokens import load_tokenizer, special_ids
 
+from benchmarks import TEXT
 from benchmarks.spread import spread
 
-TEXT = "Model Runner V2 keeps the talker state on the device and streams audio in codec windows."
 # (request index, steps, sampling values) -> (prompt, SamplingParams)
 RequestMaker = Callable[[int, int, dict], tuple]
 

@@ -5,7 +5,7 @@ client to a server named by `--base-url` (ours, upstream vllm-omni's, any OpenAI
 `--model`: the `model` sent, default the first of `GET /v1/models`), or to `python -m
 reference.serve` started here on a free loopback port (log: OUT/server.log) with the no_eoc dummy
 checkpoint, as the in-process benchmarks, so every stream makes `--max-tokens` rows. The text is
-engine_steps.TEXT, as in streams.py; the sampling is the server's default (streams.py is greedy:
+benchmarks.TEXT, as in streams.py; the sampling is the server's default (streams.py is greedy:
 `--extra-body '{"temperature": 0.0}'`). After a few uncounted warm-up requests, per level:
 - closed loop (`--concurrency 1 16 64`): c workers send requests back to back, `--requests` in all
   (default 3c, at least 4);
@@ -50,8 +50,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from benchmarks import TEXT
+
 ROOT = Path(__file__).resolve().parent.parent
-TEXT = "Model Runner V2 keeps the talker state on the device and streams audio in codec windows."  # engine_steps.TEXT
 BYTES_PER_S = 48000  # 24 kHz, mono, 16-bit
 WAV_HEADER_BYTES = 44  # reference/serve/wav.py HEADER_BYTES; upstream's streamed WAV has the same
 DEFAULT_MAX_TOKENS = 257  # our server's rows (40 ms each): 10 s of audio, as python -m benchmarks

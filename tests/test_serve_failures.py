@@ -17,7 +17,7 @@ import torch
 import uvicorn
 
 from reference.serve.admission import Admission, Overloaded, ServingLimits
-from reference.serve.app import Service, build_app, watch_engine
+from reference.serve.app import build_app, watch_engine
 from reference.serve.metrics import ServeMetrics, metric, parse_metrics
 from reference.serve.wav import HEADER_BYTES, pcm16
 from tests.test_serve_app import EXACT, FakeService
