@@ -8,6 +8,8 @@ before any byte, and lets a waiting request in when a slot frees."""
 import asyncio
 import base64
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,6 +18,7 @@ import pytest
 import torch
 import uvicorn
 
+import reference.serve.__main__ as serve
 from reference.serve.admission import Admission, Overloaded, ServingLimits
 from reference.serve.app import build_app, watch_engine
 from reference.serve.metrics import ServeMetrics, metric, parse_metrics
@@ -248,3 +251,29 @@ def _until(condition, timeout=10.0):
     while not condition():
         assert time.monotonic() < deadline, "the server never reached the state waited for"
         time.sleep(0.05)
+
+
+HOLD_THE_GIL = """
+import ctypes, sys, time
+import reference.serve.__main__ as serve
+serve.DEAD_LINGER_S, serve.EXIT_DEADLINE_S = 0.2, 1
+class Server:
+    should_exit = False
+serve.exit_on_engine_death(Server(), [])
+print("holding", flush=True)
+ctypes.PyDLL(None).sleep(30)  # libc's sleep through PyDLL keeps the GIL: no Python thread runs
+sys.exit(0)
+"""
+
+
+def test_the_exit_deadline_holds_while_a_thread_keeps_the_gil():
+    """A shutdown stuck in C code that holds the GIL (no Python timer can run) still ends at
+    EXIT_DEADLINE_S with ENGINE_DEAD_EXIT, and the log shows where each thread was."""
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", HOLD_THE_GIL], capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - began
+    assert done.stdout.strip() == "holding", done.stderr
+    assert done.returncode == serve.ENGINE_DEAD_EXIT == 1, done.stderr
+    assert took < 20, f"the process lived {took:.1f} s past a 1 s deadline"
+    held = next(n for n, line in enumerate(HOLD_THE_GIL.splitlines(), 1) if "PyDLL" in line)
+    assert f'File "<string>", line {held} in <module>' in done.stderr, done.stderr  # where it hung

@@ -17,6 +17,7 @@ No check times the server: the waits are bounds on events it reports.
 """
 
 import signal
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -187,7 +188,10 @@ def test_a_killed_engine_fails_the_stream_answers_503_and_the_server_exits(limit
     for reply in (health, answer):
         assert reply.status_code == 503 and "talker engine is dead" in reply.text, reply.text
     assert answer.json()["error"]["type"] == "engine_dead"
-    code = server.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    try:
+        code = server.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the server still runs {EXIT_WITHIN_S:g} s after the engine died:\n{server.log_tail(80)}")
     exited = time.monotonic() - killed
     print(f"the server exited {code} {exited:.1f} s after the engine core was killed")
     assert code == 1 and exited <= EXIT_WITHIN_S, server.log_tail()

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
-import os
 import sys
 import threading
 import time
@@ -113,7 +113,7 @@ def parse_args(argv: Sequence[str] | None = None):
 
 
 GRACEFUL_S = 5  # uvicorn's wait for open responses when the server stops
-ENGINE_DEAD_EXIT = 1
+ENGINE_DEAD_EXIT = 1  # also the status faulthandler's hard exit ends the process with
 DEAD_LINGER_S = 2  # a dead engine: /health and new requests answer 503 this long, then the server stops
 EXIT_DEADLINE_S = 8  # ... and the process is gone by then, however the shutdown goes
 
@@ -121,14 +121,16 @@ EXIT_DEADLINE_S = 8  # ... and the process is gone by then, however the shutdown
 def exit_on_engine_death(server, exits: list[int]) -> None:
     """The watchdog's action: for DEAD_LINGER_S every request is a 503 naming the dead engine (a
     load balancer polling /health sees it), then uvicorn stops (no new connection; the open
-    responses have failed with the engine); the exit status is ENGINE_DEAD_EXIT, and a timer ends
-    the process at EXIT_DEADLINE_S should the shutdown hang."""
+    responses have failed with the engine); the exit status is ENGINE_DEAD_EXIT. Should the
+    shutdown hang, faulthandler ends the process at EXIT_DEADLINE_S from its C thread, which needs no
+    GIL (a Python timer thread waits for any thread that holds it in C code; with one, the server
+    once outlived 10 s under CI's load), after writing every thread's stack to stderr: the log
+    shows where the shutdown hung."""
     exits.append(ENGINE_DEAD_EXIT)
-    for delay, action in ((DEAD_LINGER_S, lambda: setattr(server, "should_exit", True)),
-                          (EXIT_DEADLINE_S, lambda: os._exit(ENGINE_DEAD_EXIT))):
-        timer = threading.Timer(delay, action)
-        timer.daemon = True
-        timer.start()
+    faulthandler.dump_traceback_later(EXIT_DEADLINE_S, exit=True)  # exit=True: _exit(1)
+    linger = threading.Timer(DEAD_LINGER_S, lambda: setattr(server, "should_exit", True))
+    linger.daemon = True
+    linger.start()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
