@@ -2,9 +2,10 @@
 
 Streamed requests (`POST /v1/audio/speech`, `stream_format` audio, `pcm` or `wav`) go from an httpx
 client to a server named by `--base-url` (ours, upstream vllm-omni's, any OpenAI-compatible one;
-`--model`: the `model` sent, default the first of `GET /v1/models`), or to `python -m
-reference.serve` started here on a free loopback port (log: OUT/server.log) with the no_eoc dummy
-checkpoint, as the in-process benchmarks, so every stream makes `--max-tokens` rows. The text is
+`--model`: the `model` sent, default the first of `GET /v1/models`), or to one started here on a
+free loopback port (log: OUT/server.log) with the no_eoc dummy checkpoint, as the in-process
+benchmarks, so every stream makes `--max-tokens` rows: `python -m reference.serve`, or the
+`--serve-command` given (another implementation on the same checkpoint, the same machine). The text is
 benchmarks.TEXT, as in streams.py; the sampling is the server's default (streams.py is greedy:
 `--extra-body '{"temperature": 0.0}'`). After a few uncounted warm-up requests, per level:
 - closed loop (`--concurrency 1 16 64`): c workers send requests back to back, `--requests` in all
@@ -22,6 +23,8 @@ within the SLO, no stall) per second and as a share of all requests.
     python -m benchmarks.served --size tiny --platform cpu --concurrency 1 4 --max-tokens 100
     python -m benchmarks.served --size 4b --profile default --concurrency 1 16 64 --rate 2 8
     python -m benchmarks.served --base-url http://127.0.0.1:8091 --concurrency 1 16
+    python -m benchmarks.served --size 4b --max-tokens 257 --serve-command "vllm-omni serve {checkpoint} --omni \
+        --trust-remote-code --deploy-config DEPLOY.yaml --port {port}"
 
 Writes OUT/served.json (every request, every level's figures, settings, target, versions, host,
 date) and OUT/served.png; one line per level on stdout. Exit status 0 when every level ran (failed
@@ -37,6 +40,7 @@ import datetime
 import json
 import math
 import os
+import shlex
 import platform as host
 import signal
 import subprocess
@@ -225,7 +229,8 @@ async def run(args, url: str, model: str, results: dict) -> bool:
     """The warm-up and every level; False when a level ran past its limit."""
     body = {"model": model, "input": TEXT, "voice": "default", "response_format": args.response_format,
             "stream_format": "audio"}
-    max_tokens = args.max_tokens if args.max_tokens is not None else None if args.base_url else DEFAULT_MAX_TOKENS
+    ours = not (args.base_url or args.serve_command)
+    max_tokens = args.max_tokens if args.max_tokens is not None else DEFAULT_MAX_TOKENS if ours else None
     if max_tokens:
         body["max_tokens"] = max_tokens
     body.update(json.loads(args.extra_body))
@@ -252,9 +257,11 @@ class ServerFailed(RuntimeError):
 
 
 @contextlib.contextmanager
-def own_server(args, out_dir: Path, target: dict):
-    """`python -m reference.serve` as a child process in its own session (the engine goes with it;
-    SIGTERM when this process dies); yields (base URL, served model name) once /health answers 200."""
+def started_server(args, out_dir: Path, target: dict):
+    """Ours (`python -m reference.serve`) or the `--serve-command` one (another implementation, such
+    as upstream's `vllm-omni serve`), on the dummy checkpoint, as a child process in its own session
+    (its engine goes with it; SIGTERM when this process dies); yields (base URL, served model name)
+    once /health answers 200."""
     from conformance.serving.serving_client import die_with_parent, free_port  # the suite's: torch comes with it
 
     if args.checkpoint:
@@ -266,13 +273,19 @@ def own_server(args, out_dir: Path, target: dict):
     if args.platform is None:
         import torch
         args.platform = "cuda" if torch.cuda.is_available() else "cpu"
-    name = args.model or (checkpoint.name if args.checkpoint else f"higgs-{args.size}-no_eoc")
     port = free_port()
-    cmd = [sys.executable, "-m", "reference.serve", "--profile", args.profile, "--model", str(checkpoint),
-           "--platform", args.platform, "--host", "127.0.0.1", "--port", str(port), "--served-model-name", name,
-           *[a for kv in args.sets for a in ("--set", kv)]]
-    target.update(profile=args.profile, size=None if args.checkpoint else args.size, checkpoint=str(checkpoint),
-                  platform=args.platform, sets=args.sets, command=cmd)
+    if args.serve_command:
+        cmd = shlex.split(args.serve_command.format(port=port, checkpoint=checkpoint))
+        name = args.model  # None: the first of GET /v1/models once it is up
+        target.update(serve_command=args.serve_command)
+    else:
+        name = args.model or (checkpoint.name if args.checkpoint else f"higgs-{args.size}-no_eoc")
+        cmd = [sys.executable, "-m", "reference.serve", "--profile", args.profile, "--model", str(checkpoint),
+               "--platform", args.platform, "--host", "127.0.0.1", "--port", str(port), "--served-model-name", name,
+               *[a for kv in args.sets for a in ("--set", kv)]]
+        target.update(profile=args.profile, sets=args.sets)
+    target.update(size=None if args.checkpoint else args.size, checkpoint=str(checkpoint), platform=args.platform,
+                  command=cmd)
     env = {**os.environ, "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
     if args.platform == "cpu":  # as the suite (conftest.py): a small KV cache, not 80 % of the memory
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -289,7 +302,7 @@ def own_server(args, out_dir: Path, target: dict):
                 time.sleep(0.5)
             target["boot_s"] = time.monotonic() - began
             print(f"server healthy after {target['boot_s']:.0f} s on {url}", flush=True)
-            yield url, name
+            yield url, name or first_model(url)
         finally:
             proc.send_signal(signal.SIGTERM)  # uvicorn shuts down, the app shuts its engine down
             try:
@@ -348,7 +361,8 @@ def plot(results: dict, path: Path) -> bool:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
     target = results["target"]
-    where = target.get("base_url") or f"{target['profile']} on {target['platform']}, {target['size'] or target['checkpoint']}"
+    started = target.get("profile") or target.get("serve_command", "")
+    where = target.get("base_url") or f"{started} on {target['platform']}, {target['size'] or target['checkpoint']}"
     fig.suptitle(f"served speech ({where}, {results['body']['response_format']}), {results['date']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -363,13 +377,15 @@ def _nan(value):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.served", description=__doc__.splitlines()[0])
     p.add_argument("--base-url", help="a running OpenAI-compatible speech server (default: start our own)")
+    p.add_argument("--serve-command", help="start this server instead of ours (shell words; {port} and {checkpoint} "
+                                           "are filled in), e.g. \"vllm-omni serve {checkpoint} --omni --port {port} ...\"")
     p.add_argument("--model", help="the `model` sent (default: the first of GET /v1/models; ours: higgs-SIZE-no_eoc)")
     p.add_argument("--profile", default="default", help="our server's deploy profile")
     p.add_argument("--size", default="4b", choices=["tiny", "4b"], help="our server's no_eoc dummy checkpoint")
     p.add_argument("--checkpoint", help="our server's checkpoint folder instead of the dummy one")
     p.add_argument("--platform", help="our server's platform (default: cuda when torch sees a GPU, else cpu)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="to our server")
-    p.add_argument("--boot-timeout", type=float, default=600.0, help="seconds for our server to be healthy")
+    p.add_argument("--boot-timeout", type=float, default=600.0, help="seconds for the started server to be healthy")
     p.add_argument("--concurrency", nargs="+", type=int, help="closed-loop levels (default 1 16 64 without --rate)")
     p.add_argument("--rate", nargs="+", type=float, default=[], help="open-loop arrival rates, requests per second")
     p.add_argument("--requests", type=int, help="per level (default: 3c, at least 4; per rate 10 s of arrivals)")
@@ -386,6 +402,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.concurrency is None:
         args.concurrency = [] if args.rate else [1, 16, 64]
+    if args.base_url and args.serve_command:
+        p.error("--base-url names a running server, --serve-command one to start: give one of them")
     if not isinstance(json.loads(args.extra_body), dict):
         p.error("--extra-body must be a JSON object")
     return args
@@ -414,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
                 url = args.base_url.rstrip("/")
                 model = args.model or first_model(url)
             else:
-                url, model = stack.enter_context(own_server(args, out_dir, results["target"]))
+                url, model = stack.enter_context(started_server(args, out_dir, results["target"]))
             results["target"]["model"] = model
             every_level = asyncio.run(run(args, url, model, results))
             if not every_level:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -138,9 +139,17 @@ async def models(request: Request):
     return JSONResponse({"object": "list", "data": [{"id": "fake-tts", "object": "model"}]})
 
 
+async def health(request: Request):
+    return JSONResponse({"status": "ok"})
+
+
+APP = Starlette(routes=[Route("/v1/audio/speech", speech, methods=["POST"]), Route("/v1/models", models),
+                        Route("/health", health)])
+
+
 @pytest.fixture(scope="module")
 def server():
-    app = Starlette(routes=[Route("/v1/audio/speech", speech, methods=["POST"]), Route("/v1/models", models)])
+    app = APP
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     uv = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off", timeout_graceful_shutdown=1))
@@ -243,3 +252,30 @@ def test_a_server_that_does_not_answer_fails_the_run(tmp_path):
     results = json.loads((tmp_path / "served.json").read_text())
     assert results["status"].startswith("no server: GET") and results["levels"] == []
     assert not (tmp_path / "served.png").exists()
+
+
+def test_a_serve_command_is_started_measured_and_stopped(tmp_path):
+    """Another implementation's server, started as `--serve-command` says (here this module's fake
+    one, by `python -m tests.test_benchmark_served PORT`) with the port filled in, is measured as
+    a base URL would be, then stopped: nothing listens on its port afterwards."""
+    argv = ["--serve-command", f"{sys.executable} -m tests.test_benchmark_served {{port}}", "--checkpoint", str(tmp_path),
+            "--platform", "cpu", "--concurrency", "2", "--requests", "4", "--warmup", "0", "--out-dir", str(tmp_path)]
+    assert served.main(argv) == 0, (tmp_path / "server.log").read_text()
+    results = json.loads((tmp_path / "served.json").read_text())
+    target = results["target"]
+    port = int(target["command"][-1])
+    assert target["command"][:3] == [sys.executable, "-m", "tests.test_benchmark_served"] and target["model"] == "fake-tts"
+    assert target["boot_s"] > 0 and "max_tokens" not in results["body"]  # not ours: its own length limit
+    assert [(lvl["requests"], lvl["ok"]) for lvl in results["levels"]] == [(4, 4)]
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0, trust_env=False)
+
+
+def test_base_url_and_serve_command_exclude_each_other(capsys):
+    with pytest.raises(SystemExit):
+        served.parse_args(["--base-url", "http://127.0.0.1:1", "--serve-command", "true"])
+    assert "give one of them" in capsys.readouterr().err
+
+
+if __name__ == "__main__":  # the fake server alone, on 127.0.0.1 and the port given
+    uvicorn.run(APP, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="off")
