@@ -153,12 +153,12 @@ class RowsToFrames:
     complete: frame t needs rows t..t+7. Frames holding BOC/EOC are dropped."""
 
     def __init__(self):
-        self.rows: list[list[int]] = []
-        self.done = 0  # frames already returned (real or dropped)
+        self.pending: list[list[int]] = []  # the rows from the first frame not yet returned on
 
     def add(self, rows: list[list[int]]) -> torch.Tensor:
-        self.rows.extend(rows)
-        ready = [revert_delay(torch.tensor(self.rows[t : t + NUM_CODEBOOKS])) for t in range(self.done, len(self.rows) - NUM_CODEBOOKS + 1)]
-        self.done += len(ready)
-        frames = torch.cat(ready, dim=1) if ready else torch.empty(NUM_CODEBOOKS, 0, dtype=torch.long)  # [8, n]
-        return real_frames(frames)
+        self.pending.extend(rows)
+        if len(self.pending) < NUM_CODEBOOKS:
+            return torch.empty(NUM_CODEBOOKS, 0, dtype=torch.long)
+        frames = revert_delay(np.asarray(self.pending, dtype=np.int64))  # [8, n]: every frame the rows complete
+        del self.pending[: frames.shape[1]]
+        return torch.from_numpy(real_frames(frames))  # numpy: a few small arrays cost less than tensors

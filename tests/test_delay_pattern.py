@@ -93,3 +93,22 @@ def test_filtering_rows_before_the_revert_would_lose_frames():
 def test_wrong_shapes_and_dtypes_raise_clear_errors(call, arg, message):
     with pytest.raises(ValueError, match=message):
         call(arg)
+
+
+@pytest.mark.parametrize("pieces", [[1] * 49, [3, 7, 0, 1, 20, 9, 9], [49]], ids=["row_by_row", "uneven", "all_at_once"])
+def test_rows_to_frames_streamed_in_any_pieces_equals_the_offline_revert(pieces):
+    """The streaming path (reference/speech.py RowsToFrames: each frame as soon as its 8 rows are in,
+    lead-in and ramp-down frames dropped) returns, piece by piece, exactly the offline path's frames."""
+    from reference.speech import RowsToFrames
+
+    codes = torch.randint(0, 1024, (8, 40), generator=torch.Generator().manual_seed(3))
+    rows = [[BOC] * 8] + apply_delay(codes).tolist() + [[EOC] * 8]  # [49, 8]: frames of BOC or EOC to drop
+    assert sum(pieces) == len(rows)
+    streamed, frames, at = [], RowsToFrames(), 0
+    for n in pieces:
+        out = frames.add(rows[at:at + n])
+        assert out.dtype == torch.long and out.shape[0] == 8
+        streamed.append(out)
+        at += n
+    assert torch.equal(torch.cat(streamed, dim=1), codes)
+    assert torch.equal(torch.cat(streamed, dim=1), torch.as_tensor(rows_to_frames(torch.tensor(rows))))
