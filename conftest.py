@@ -18,6 +18,7 @@ import pytest
 
 from conformance import weights
 from conformance.environment import REAL_CHECKPOINT_ENV, has_cuda
+from conformance.serving import implementations
 
 # CPU engines: a small KV cache unless the caller chose one (vLLM reads it in the worker).
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -34,6 +35,7 @@ def pytest_addoption(parser):
     parser.addoption("--weights", choices=weights.MODES, default=None,
                      help=f"dummy or real weights (default: ${weights.MODE_ENV}, else dummy); real needs "
                           f"{REAL_CHECKPOINT_ENV}")
+    implementations.add_options(parser)
 
 
 def pytest_configure(config):
@@ -42,6 +44,11 @@ def pytest_configure(config):
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
     config.option.weights = chosen  # what the report and the verdict read (conformance/report.py, gate_run.py)
+    try:  # the speech server the serving checks judge (conformance/serving/implementations.py)
+        implementations.select(implementations.choose(config.getoption("implementation"),
+                                                      config.getoption("server_url")))
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
     if chosen == "real":
         if problem := weights.checkpoint_problem():
             pytest.exit(f"refusing to start: {problem}", returncode=weights.REFUSED)
@@ -104,3 +111,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU with vLLM: run `tox -e gpu` on a GPU machine"))
         if "real_weights" in item.keywords and dummy:
             item.add_marker(pytest.mark.skip(reason=DUMMY_RUN_SKIP))
+        if reason := not_applicable(item, implementations.selection()):  # first: the reason pytest reports
+            item.add_marker(pytest.mark.skip(reason=reason), append=False)
+
+
+def not_applicable(item, selection) -> str | None:
+    """Why a check cannot judge the selected implementation (it then skips with that reason), or None: a
+    `reference_only` check when the server is one at a URL, a `needs(FEATURE, ...)` check where the adapter
+    lacks a feature (conformance/serving/implementations.py)."""
+    only = item.get_closest_marker("reference_only")
+    if only is not None and selection.remote:
+        return f"not applicable (reference only, the server is at a URL): {only.kwargs['reason']}"
+    needs = item.get_closest_marker("needs")
+    return selection.implementation.not_applicable(*needs.args) if needs is not None else None

@@ -1,5 +1,6 @@
-"""Driving `python -m reference.serve` from the checks: a server process on loopback, its
-metrics, request bodies from the talker prompts, and the audio they return.
+"""Driving a speech server from the checks: ours (`python -m reference.serve`, a process on loopback) or
+one at a URL (--server-url: conformance/serving/implementations.py), its metrics, request bodies from the
+talker prompts, and the audio they return.
 
 The server is a child process (its own session, so its engine goes with it; SIGTERM when the
 test process dies, even killed, so that no server outlives its run), on 127.0.0.1 and a free port; it is healthy when `GET /health` answers 200 (a CPU boot takes about a minute).
@@ -9,7 +10,6 @@ way to hold a stream at a known place without timing anything.
 
 from __future__ import annotations
 
-import base64
 import ctypes
 import json
 import os
@@ -25,6 +25,7 @@ import httpx
 import numpy as np
 import torch
 
+from conformance.serving.implementations import REFERENCE, Implementation
 from conformance.talker import talker_cases
 from reference.codec.streaming import agreement
 from reference.serve.metrics import metric, parse_metrics
@@ -51,19 +52,94 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class ServerProcess:
-    def __init__(self, checkpoint, profile: str, platform: str, overrides: dict, workdir: Path, voices: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = workdir / "server.log"
-        sets = [a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]
-        cmd = [sys.executable, "-m", "reference.serve", "--profile", profile, "--model", str(checkpoint),
-               "--host", "127.0.0.1", "--port", str(self.port), "--platform", platform, "--voices", str(voices),
-               "--served-model-name", MODEL_NAME, "--log-level", "warning", *sets]
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=die_with_parent)
+NARRATOR = {"seconds": 0.5, "seed": 7}  # the server's named voice "narrator": seeded noise
+
+
+def write_voices(voices: Path) -> None:
+    """The server's voice folder: the named voice "narrator" (a reference WAV and its transcript)."""
+    voices.mkdir(parents=True, exist_ok=True)
+    (voices / "narrator.wav").write_bytes(wav_bytes(talker_cases.reference_audio(NARRATOR)))
+    (voices / "narrator.txt").write_text("The narrator's reference recording.")
+
+
+def serve_command(checkpoint, profile: str, platform: str, overrides: dict, port: int, voices: Path) -> list[str]:
+    """The command line of our server as the checks start it (conformance/serving/reference_server.py prints it)."""
+    sets = [a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]
+    return [sys.executable, "-m", "reference.serve", "--profile", profile, "--model", str(checkpoint),
+            "--host", "127.0.0.1", "--port", str(port), "--platform", platform, "--voices", str(voices),
+            "--served-model-name", MODEL_NAME, "--log-level", "warning", *sets]
+
+
+class Server:
+    """A speech server at a base URL as the checks see it: an HTTP client, its metrics, the requests in its
+    implementation's spelling (conformance/serving/implementations.py)."""
+
+    def __init__(self, url: str, implementation: Implementation = REFERENCE, model: str | None = None):
+        self.url = url
+        self.implementation = implementation
+        self.model = model
         self.client = httpx.Client(base_url=self.url, timeout=120.0)
+
+    def body(self, prompt: dict, **extra) -> dict:
+        return body_for(prompt, self.implementation, self.model, **extra)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return f"(the log of the server at {self.url} is not the suite's to read)"
+
+    def stop(self) -> None:
+        self.client.close()
+
+    def metrics(self) -> dict[str, float]:
+        response = self.client.get("/metrics")
+        response.raise_for_status()
+        return parse_metrics(response.text)
+
+    def value(self, name: str) -> float:
+        return metric(self.metrics(), name)
+
+    def wait_for(self, condition, timeout: float = 30.0, interval: float = 0.05, what: str = "metrics did not settle"
+                 ) -> dict[str, float]:
+        """Polls /metrics until `condition(values)` holds; AssertionError with the last values if not.
+        The timeout bounds a wait for an event the server reports, it times nothing."""
+        deadline = time.monotonic() + timeout
+        while True:
+            values = self.metrics()
+            if condition(values):
+                return values
+            if time.monotonic() > deadline:
+                shown = self.implementation.metrics.idle if self.implementation.metrics else ()
+                raise AssertionError(f"{what} within {timeout} s: "
+                                     + ", ".join(f"{n.removeprefix('higgs_serve_')} {metric(values, n):g}" for n in shown))
+            time.sleep(interval)
+
+
+class RemoteServer(Server):
+    """A server someone else started (--server-url): the suite reads it and never stops it."""
+
+    def __init__(self, url: str, implementation: Implementation):
+        super().__init__(url, implementation)
+        try:
+            listed = self.client.get("/v1/models", timeout=30.0)
+        except httpx.TransportError as error:
+            raise RuntimeError(f"--server-url {url}: no server answers there ({error}): start it first "
+                               f"(docs/implementations.md)") from None
+        assert listed.status_code == 200, f"GET {url}/v1/models answered {listed.status_code}: {listed.text[:300]}"
+        served = [m["id"] for m in listed.json()["data"]]
+        assert served, f"GET {url}/v1/models lists no model"
+        self.model = implementation.model or served[0]
+        assert self.model in served, f"the adapter sends model {self.model!r}; {url} serves {served}"
+
+
+class ServerProcess(Server):
+    def __init__(self, checkpoint, profile: str, platform: str, overrides: dict, workdir: Path, voices: Path):
+        port = free_port()
+        super().__init__(f"http://127.0.0.1:{port}", REFERENCE, MODEL_NAME)
+        self.port = port
+        self.log_path = workdir / "server.log"
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(serve_command(checkpoint, profile, platform, overrides, port, voices), cwd=ROOT,
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=die_with_parent)
 
     def wait_healthy(self, timeout: float = BOOT_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
@@ -92,48 +168,18 @@ class ServerProcess:
                 self.proc.wait(timeout=30)
         self._log.close()
 
-    def metrics(self) -> dict[str, float]:
-        response = self.client.get("/metrics")
-        response.raise_for_status()
-        return parse_metrics(response.text)
 
-    def value(self, name: str) -> float:
-        return metric(self.metrics(), name)
-
-    def wait_for(self, condition, timeout: float = 30.0, interval: float = 0.05, what: str = "metrics did not settle"
-                 ) -> dict[str, float]:
-        """Polls /metrics until `condition(values)` holds; AssertionError with the last values if not.
-        The timeout bounds a wait for an event the server reports, it times nothing."""
-        deadline = time.monotonic() + timeout
-        while True:
-            values = self.metrics()
-            if condition(values):
-                return values
-            if time.monotonic() > deadline:
-                shown = ("higgs_serve_requests_aborted_total", "higgs_serve_talker_slots_in_use",
-                         "higgs_serve_requests_running", "higgs_serve_sends_waiting", "vllm:num_requests_running",
-                         "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
-                raise AssertionError(f"{what} within {timeout} s: "
-                                     + ", ".join(f"{n.removeprefix('higgs_serve_')} {metric(values, n):g}" for n in shown))
-            time.sleep(interval)
-
-
-def body_for(prompt: dict, **extra) -> dict:
-    """A greedy speech request for a talker prompt (its reference audio as a base64 WAV)."""
-    body = {"model": MODEL_NAME, "input": prompt["text"], "voice": "default", "temperature": 0.0}
-    if prompt.get("ref_audio"):
-        body["ref_audio"] = wav_base64(talker_cases.reference_audio(prompt["ref_audio"]))
-    if prompt.get("ref_text") and (prompt.get("ref_audio") or extra.get("voice", "default") != "default"):
-        body["ref_text"] = prompt["ref_text"]
-    return {**body, **extra}
+def body_for(prompt: dict, implementation: Implementation = REFERENCE, model: str | None = None, **extra) -> dict:
+    """A repeatable speech request for a talker prompt (greedy on ours; its reference audio as a WAV), in the
+    implementation's spelling (conformance/serving/implementations.py)."""
+    voice = extra.get("voice", implementation.voice)
+    ref_wav = wav_bytes(talker_cases.reference_audio(prompt["ref_audio"])) if prompt.get("ref_audio") else None
+    ref_text = prompt.get("ref_text") if (ref_wav is not None or voice != implementation.voice) else None
+    return implementation.body(model or MODEL_NAME, prompt["text"], ref_wav=ref_wav, ref_text=ref_text, **extra)
 
 
 def wav_bytes(samples: np.ndarray, sample_rate: int = talker_cases.REF_AUDIO_RATE) -> bytes:
     return wav_file(pcm16(samples), sample_rate)
-
-
-def wav_base64(samples: np.ndarray, sample_rate: int = talker_cases.REF_AUDIO_RATE) -> str:
-    return base64.b64encode(wav_bytes(samples, sample_rate)).decode()
 
 
 def pcm_of_wav(data: bytes, streamed: bool) -> bytes:

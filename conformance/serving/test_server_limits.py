@@ -32,7 +32,9 @@ from conformance.talker import talker_cases
 from higgs_dummy.cache import cached_checkpoint
 from reference.serve.metrics import metric
 
-pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]
+pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu,
+              pytest.mark.reference_only(reason="sets our server's slots, queue and geometry by --set, counts with "
+                                                "our metrics and kills its engine-core process")]
 
 DOC = case_files.load("serving/server")
 LIMITS = DOC["limits"]

@@ -25,7 +25,9 @@ from reference.speech import SpeechAPI
 from reference.codec.geometry import StreamGeometry
 from reference.codec.streaming import agreement
 
-pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu]
+pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu,
+              pytest.mark.reference_only(reason="drives our SpeechAPI over AsyncLLM in process, not a server over "
+                                                "HTTP, and compares with the tiny checkpoint's goldens")]
 
 CASES = case_files.load("speech/streaming")
 PROMPTS = {p["id"]: p for p in talker_cases.load_prompts()["prompts"]}

@@ -21,6 +21,8 @@ from higgs_dummy.cache import cached_checkpoint
 
 pytestmark = [
     pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu,
+    pytest.mark.reference_only(reason="starts our server with the exact geometry's --set overrides and reads "
+                                      "X-Stream-Format-Default and higgs_serve_ttfa_seconds"),
     # vLLM builds for the machine's platform: on a CUDA machine a "cpu" server is refused at its
     # start (the read-back names the attention backend), as test_serving.py's CPU variants skip.
     pytest.mark.skipif(has_cuda(), reason="a CPU server: on a CUDA machine test_serving.py's gpu_* variants "

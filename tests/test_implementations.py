@@ -1,0 +1,261 @@
+"""The switch that picks the speech server the serving checks judge (conformance/serving/implementations.py),
+its adapters, and the results table (conformance/serving/results.py); and, through a server of ours started
+once, the checks run at a URL with each adapter (issue #32)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conformance import case_files
+from conformance.serving import implementations, results
+from conformance.serving.implementations import GENERIC, REFERENCE, VLLM_OMNI, choose, series
+
+pytestmark = pytest.mark.cpu
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON_ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+# --- the switch -----------------------------------------------------------------------------------------------
+
+def test_without_options_the_reference_is_started_here():
+    chosen = choose(environ={})
+    assert chosen.implementation is REFERENCE and chosen.url is None and not chosen.remote
+
+
+def test_the_environment_chooses_and_the_options_win():
+    environ = {implementations.IMPLEMENTATION_ENV: "generic", implementations.SERVER_URL_ENV: "http://h:1/"}
+    assert choose(environ=environ) == implementations.Selection(GENERIC, "http://h:1")
+    assert choose("vllm-omni", "https://gpu:8000", environ=environ) == implementations.Selection(VLLM_OMNI,
+                                                                                                 "https://gpu:8000")
+
+
+@pytest.mark.parametrize("name, url, names", [
+    ("tts", None, "--implementation"),  # not an implementation
+    ("vllm-omni", None, "--server-url"),  # the suite starts only ours
+    ("generic", None, "--server-url"),
+    ("reference", "127.0.0.1:8000", "--server-url"),  # no scheme
+    ("reference", "http://127.0.0.1:8000/v1", "--server-url"),  # a base URL, not an endpoint
+])
+def test_a_bad_selection_is_refused_naming_the_option(name, url, names):
+    with pytest.raises(ValueError, match=names):
+        choose(name, url, environ={})
+
+
+def test_pytest_refuses_an_implementation_without_a_url():
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
+                          "conformance/serving/test_serving.py", "--implementation", "vllm-omni"],
+                         cwd=ROOT, env=PYTHON_ENV, capture_output=True, text=True, timeout=300)
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "--implementation vllm-omni needs --server-url" in run.stderr
+
+
+# --- the adapters ---------------------------------------------------------------------------------------------
+
+def test_each_adapter_spells_the_same_request_its_way():
+    wav = b"RIFF....WAVEfmt "
+    ours = REFERENCE.body("higgs-tiny", "Hi.", ref_wav=wav, ref_text="Hello.", max_tokens=600, stream_format="audio")
+    assert ours == {"model": "higgs-tiny", "input": "Hi.", "voice": "default", "temperature": 0.0,
+                    "ref_audio": base64.b64encode(wav).decode(), "ref_text": "Hello.", "max_tokens": 600,
+                    "stream_format": "audio"}
+    upstream = VLLM_OMNI.body("m", "Hi.", ref_wav=wav, ref_text="Hello.", max_tokens=600, temperature=0.0)
+    assert upstream == {"model": "m", "input": "Hi.", "voice": "default", "seed": 7,
+                        "ref_audio": "data:audio/wav;base64," + base64.b64encode(wav).decode(), "ref_text": "Hello.",
+                        "max_new_tokens": 600}  # no temperature field upstream: not sent
+
+
+def test_an_error_names_the_field_where_the_adapter_says():
+    in_param = {"message": "bad", "param": "voice"}
+    in_message = {"message": "Invalid voice 'alloy'. Supported: a, b", "param": None}
+    assert REFERENCE.names_field(in_param, "voice") and not REFERENCE.names_field(in_message, "voice")
+    assert VLLM_OMNI.names_field(in_message, "voice") and VLLM_OMNI.names_field(in_param, "voice")
+    assert not VLLM_OMNI.names_field({"message": "voices are loaded", "param": None}, "voice")  # a word, not a part
+
+
+def test_a_lacking_feature_says_why_and_an_unknown_one_is_refused():
+    assert REFERENCE.not_applicable(*implementations.FEATURES) is None
+    assert GENERIC.not_applicable("sse", "repeatable").startswith("not applicable to generic: OpenAI's speech API")
+    assert "sends waiting" in VLLM_OMNI.not_applicable("abort_metric", "sends_waiting")
+    assert VLLM_OMNI.format_reason("mp3", streamed=False) is None
+    assert "aac whole" in VLLM_OMNI.format_reason("aac", streamed=False)
+    assert "mp3 streamed" in VLLM_OMNI.format_reason("mp3", streamed=True)
+    with pytest.raises(ValueError, match="unknown feature 'speed'"):
+        REFERENCE.not_applicable("speed")
+
+
+def test_metrics_are_read_by_name_and_label():
+    values = {'vllm_omni:speech_stream_aborted_total{model_name="m",reason="cancelled"}': 2.0,
+              'vllm_omni:speech_stream_aborted_total{model_name="m",reason="closed"}': 1.0,
+              'vllm_omni:speech_stream_aborted_total{model_name="m",reason="error"}': 5.0,
+              'http_requests_total{handler="/v1/audio/speech",method="POST",status="5xx"}': 1.0,
+              'http_requests_total{handler="/v1/audio/speech",method="POST",status="2xx"}': 9.0,
+              "higgs_serve_requests_aborted_total": 4.0}
+    assert VLLM_OMNI.metrics.aborted(values) == 3.0  # a client that left, not an error
+    assert VLLM_OMNI.metrics.server_errors(values) == 1.0
+    assert REFERENCE.metrics.aborted(values) == 4.0
+    assert series(values, "http_requests_total") == 10.0 and series(values, "absent") == 0.0
+
+
+# --- the results table ----------------------------------------------------------------------------------------
+
+def test_a_checks_name_drops_the_implementation_parameter():
+    base = "conformance/serving/test_serving.py::test_x"
+    assert results.check_name(f"{base}[vllm-omni]", "vllm-omni") == base
+    assert results.check_name(f"{base}[reference-plain]", "reference") == f"{base}[plain]"
+    assert results.check_name(f"{base}[mp3-generic]", "generic") == f"{base}[mp3]"
+    assert results.check_name(f"{base}[cpu_default-plain]", "reference") == f"{base}[cpu_default-plain]"
+
+
+def test_the_recorder_writes_each_outcome_with_its_reason(tmp_path):
+    (tmp_path / "test_fake.py").write_text(textwrap.dedent("""
+        import pytest
+
+        def test_passes(record_property):
+            record_property("note", "judged whole only")
+
+        def test_fails():
+            assert 1 == 2, "the header claims 22050 Hz"
+
+        @pytest.mark.skip(reason="not applicable to generic: no metrics")
+        def test_skipped_at_collection():
+            pass
+
+        def test_skipped_inside():
+            pytest.skip("not applicable to generic: no sse")
+    """))
+    script = textwrap.dedent(f"""
+        import json, pytest
+        from conformance.serving.results import Recorder
+        recorder = Recorder("generic")
+        pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", {str(tmp_path)!r}, {str(tmp_path)!r}],
+                    plugins=[recorder])
+        print("RESULT" + json.dumps(recorder.checks))
+    """)
+    run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=PYTHON_ENV, capture_output=True,
+                         text=True, timeout=300)
+    checks = json.loads(run.stdout.split("RESULT")[-1])
+    assert {k.split("::")[1]: (v["outcome"], v["reason"]) for k, v in checks.items()} == {
+        "test_passes": ("pass", "judged whole only"),
+        "test_fails": ("fail", "call: AssertionError: the header claims 22050 Hz assert 1 == 2"),
+        "test_skipped_at_collection": ("not applicable", "not applicable to generic: no metrics"),
+        "test_skipped_inside": ("not applicable", "not applicable to generic: no sse"),
+    }
+
+
+def _doc(name, checks, ran=True):
+    return results.document(name, "http://h:1" if ran else None, checks, ran=ran, command=[],
+                            reason=None if ran else "no GPU here")
+
+
+def test_the_table_has_a_column_per_implementation_and_a_row_per_check():
+    a = "conformance/serving/test_serving.py::test_a"
+    b = "conformance/serving/test_serving.py::test_b[x|y]"
+    ours = _doc("reference", {a: {"outcome": "pass", "reason": ""}, b: {"outcome": "fail", "reason": "call: 500"}})
+    theirs = _doc("vllm-omni", {a: {"outcome": "not run", "reason": "no GPU here"}}, ran=False)
+    rendered = results.table([ours, theirs])
+    assert "1 pass, 1 fail; run at http://h:1" in rendered and "1 not run; not run: no GPU here" in rendered
+    assert "| `test_serving.py::test_a` | pass | not run (1) |" in rendered
+    assert "| `test_serving.py::test_b[x\\|y]` | FAIL (2) | not collected |" in rendered
+    assert rendered.endswith("Reasons:\n\n1. no GPU here\n2. call: 500\n")
+    marked = f"intro\n{results.BEGIN}\nold\n{results.END}\nafter\n"
+    assert results.replace_table(marked, rendered) == f"intro\n{results.BEGIN}\n{rendered}{results.END}\nafter\n"
+    with pytest.raises(ValueError, match="no markers"):
+        results.replace_table("no table here", rendered)
+
+
+def test_the_docs_table_is_the_one_the_committed_results_make():
+    docs = results.load_all()
+    assert [d["implementation"] for d in docs] == ["reference", "vllm-omni"]
+    text = (ROOT / "docs" / "implementations.md").read_text()
+    assert results.replace_table(text, results.table(docs)) == text, (
+        "docs/implementations.md is stale: python -m conformance.serving.results table --write docs/implementations.md")
+
+
+def test_the_committed_results_name_the_checks_collected_now(tmp_path):
+    """A check renamed, added or removed since the results were written shows here: run them again."""
+    collected = {}
+    for doc in results.load_all():
+        script = textwrap.dedent(f"""
+            import json
+            from pathlib import Path
+            from conformance.serving.results import not_run
+            path = not_run({doc['implementation']!r}, "collected only", Path({str(tmp_path)!r}))
+            print("RESULT" + path.read_text())
+        """)
+        run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=PYTHON_ENV, capture_output=True,
+                             text=True, timeout=300)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        collected[doc["implementation"]] = {c["check"] for c in json.loads(run.stdout.split("RESULT")[-1])["checks"]}
+        assert {c["check"] for c in doc["checks"]} == collected[doc["implementation"]], doc["implementation"]
+
+
+# --- the checks at a URL, through our server started once ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def our_server(tmp_path_factory):
+    """Ours as conformance/serving/reference_server.py starts it (cpu_default, the suite's voice folder)."""
+    from conformance.serving.serving_client import ServerProcess, write_voices
+    from higgs_dummy.cache import cached_checkpoint
+
+    doc = case_files.load("serving/server")
+    variant = next(v for v in doc["variants"] if v["id"] == "cpu_default")
+    work = tmp_path_factory.mktemp("implementations")
+    write_voices(work / "voices")
+    server = ServerProcess(cached_checkpoint("tiny", 0), variant["profile"], "cpu",
+                           {**doc["overrides"], **variant["overrides"]}, work, work / "voices")
+    try:
+        server.wait_healthy()
+        yield server
+    finally:
+        server.stop()
+
+
+def _judged(server, implementation: str, selection: str, out: Path) -> dict[str, tuple[str, str]]:
+    run = subprocess.run([sys.executable, "-m", "conformance.serving.results", "run", "--implementation",
+                          implementation, "--server-url", server.url, "--out", str(out), "--", "-k", selection],
+                         cwd=ROOT, env=PYTHON_ENV, capture_output=True, text=True, timeout=600)
+    assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]
+    doc = json.loads((out / f"{implementation}.json").read_text())
+    assert doc["ran"] and doc["server_url"] == server.url
+    judged = {c["check"].split("::")[1]: (c["outcome"], c["reason"]) for c in doc["checks"]}
+    assert (run.returncode == 1) == any(o == "fail" for o, _ in judged.values()), run.stdout[-3000:]
+    return judged
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+@pytest.mark.dummy_weights
+def test_the_checks_judge_a_server_at_a_url_through_each_adapter(our_server, tmp_path):
+    """Our server at its URL judged three ways: as ours (the full bad-input table, the named voice), as a
+    generic OpenAI server (only OpenAI's cases; what needs repeatable answers or metrics not applicable), and
+    through the vllm-omni adapter, whose metric names ours does not carry: a fail, recorded as one."""
+    selection = ("test_models_list or (bad_input and (empty_input or missing_input)) or "
+                 "(streamed_audio_equals and named_voice) or test_health_names or metrics_carry")
+    ours = _judged(our_server, "reference", selection, tmp_path / "ours")
+    assert ours["test_models_list_the_model_the_requests_name"] == ("pass", "")
+    assert ours["test_bad_input_is_a_client_error_naming_the_field[empty_input]"] == ("pass", "")
+    assert ours["test_streamed_audio_equals_the_whole_response[named_voice]"] == ("pass", "")
+    assert ours["test_metrics_carry_the_names_the_implementation_claims"] == ("pass", "")
+    outcome, reason = ours["test_health_names_the_runner_and_models_the_served_name"]
+    assert outcome == "not applicable" and reason.startswith("not applicable (reference only"), reason
+
+    generic = _judged(our_server, "generic", selection, tmp_path / "generic")
+    assert generic["test_bad_input_is_a_client_error_naming_the_field[missing_input]"] == ("pass", "")
+    assert generic["test_bad_input_is_a_client_error_naming_the_field[empty_input]"][0] == "not applicable"
+    assert generic["test_streamed_audio_equals_the_whole_response[named_voice]"] == (
+        "not applicable", GENERIC.not_applicable("repeatable"))
+    assert generic["test_metrics_carry_the_names_the_implementation_claims"] == (
+        "not applicable", GENERIC.not_applicable("metrics"))
+
+    upstream = _judged(our_server, "vllm-omni", "metrics_carry or test_models_list", tmp_path / "upstream")
+    assert upstream["test_models_list_the_model_the_requests_name"] == ("pass", "")
+    outcome, reason = upstream["test_metrics_carry_the_names_the_implementation_claims"]
+    assert outcome == "fail" and "/metrics lacks vllm_omni:speech_stream_aborted_total" in reason, reason
