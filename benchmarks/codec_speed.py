@@ -11,8 +11,9 @@ copied to the host, after warm-up decodes, `--repeats` times, and reports the me
 ms, and the stage's capacity: B chunks of audio per decode, in audio seconds per second. On CUDA
 each batch is timed twice: replaying the warm-up's CUDA graph (`path` graph) and eagerly. The
 talker, at c streams and `--step-ms` per step, makes c frames of audio a step (c x 0.04 s): where
-the capacity at B = c is below that, the stage falls behind and first audio waits (docs/speed.md:
-first PCM at 16 and 64 streams). Writes DIR/codec_speed.json.
+the capacity at B = c is below that, the stage falls behind and first audio waits
+(benchmarks/results/2026-12-01-h200-codec-graphs-a/NOTES.md: first PCM at 16 and 64 streams).
+Writes DIR/codec_speed.json.
 """
 
 from __future__ import annotations

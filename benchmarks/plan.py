@@ -16,7 +16,8 @@ otherwise "64 streams" would mean 16 running and 48 waiting, or 48 eager. A rais
 raises the codec batch (`stages.1.max_num_seqs`) with it, as every shipped CUDA profile pairs them
 (a talker step hands the stage up to one window per sequence; on the H200, 2026-12-01, 64 streams
 waited 162-2,524 ms per round for their first PCM with a codec batch of 16, 30-1,053 ms with 64:
-docs/speed.md). Both engines of a ratio get the same overrides; each phase records its own.
+benchmarks/results/2026-12-01-h200-codec-graphs-a/NOTES.md). Both engines of a ratio get the same overrides; each
+phase records its own.
 """
 
 from __future__ import annotations

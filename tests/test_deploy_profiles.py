@@ -28,7 +28,8 @@ pytestmark = pytest.mark.cpu
 SHIPPED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 # A prompt prefills in a piecewise CUDA graph up to this many tokens (a 10 s voice's prompt is 257
 # slots and its text): beyond the captured sizes vLLM runs the prefill without graphs, which on the
-# H200 took 32-53 ms of host launches for the benchmark's 91-token prompt (docs/speed.md).
+# H200 took 32-53 ms of host launches for the benchmark's 91-token prompt
+# (benchmarks/results/2026-12-01-h200-split/NOTES.md).
 PROMPT_GRAPH_TOKENS = 512
 
 
@@ -302,7 +303,7 @@ def test_every_v2_profile_graphs_its_decode_batches_and_its_prompts(name):
 def test_on_cuda_every_profiles_codec_batch_takes_a_window_of_each_talker_sequence(name):
     # A talker step hands the stage up to one window per sequence; a smaller codec batch decodes them
     # in several rounds (H200, 2026-12-01, 64 streams: first PCM 162-2,524 ms per round with a codec
-    # batch of 16, 30-1,053 ms with 64; docs/speed.md).
+    # batch of 16, 30-1,053 ms with 64; benchmarks/results/2026-12-01-h200-codec-graphs-a/NOTES.md).
     d = resolve_deployment(name, "cuda")
     assert d.codec_stage["max_num_seqs"] >= d.engine_kwargs["max_num_seqs"]
 

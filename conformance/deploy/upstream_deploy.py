@@ -15,7 +15,7 @@ The wheel is data here: its deploy/ folder is found without importing vllm_omni
   switches  another ValueError of the talker rules (a V2 first chunk that is not window-aligned)
 
 Anything else escaping is a crash: conformance/deploy/test_deploy_corpus.py fails on it. `--table`
-prints the table of the Higgs v3 files on every platform (docs/upstream-deploy-files.md);
+prints the table of the Higgs v3 files on every platform (docs/upstream.md);
 `--loaders` the loader cases of cases/profiles/upstream.yaml, ours beside upstream's own loader
 (conformance/deploy/upstream_loader.py).
 """
@@ -193,7 +193,7 @@ def loader_rows() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", action="store_true", help="the table of the Higgs v3 files in docs/upstream-deploy-files.md")
+    parser.add_argument("--table", action="store_true", help="the table of the Higgs v3 files in docs/upstream.md")
     parser.add_argument("--loaders", action="store_true", help="ours beside upstream's own loader")
     args = parser.parse_args(argv)
     folder = upstream_deploy_dir()

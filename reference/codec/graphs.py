@@ -1,9 +1,9 @@
 """CUDA graphs of the codec's decode, one per (batch bucket, window length).
 
 An eager decode launches some 300 kernels from Python, in the server's process: on the H200 a
-window alone took 5.5 ms, replayed from a graph 2.0-2.8 ms (docs/speed.md). A stream's windows take
-few lengths (CodecStage.warm lists them), so the stage captures every length for each bucket at
-its start:
+window alone took 5.5 ms, replayed from a graph 2.0-2.8 ms
+(benchmarks/results/2026-12-01-h200-codec-graphs-a/NOTES.md). A stream's windows take few lengths
+(CodecStage.warm lists them), so the stage captures every length for each bucket at its start:
 
 - buckets: 1, 2, 4, then multiples of 8 up to the codec batch (and the batch itself);
 - a batch replays the smallest bucket that holds it, the rows past the batch set to code 0 and

@@ -2,8 +2,8 @@
 
 vLLM replays the backbone's forward from its graphs, but calls the sampler eagerly after it: there
 reference/talker/step.py launches some 150 small kernels a decode step, about 2 ms of host time on
-the H200 against 0.3-0.45 ms of device time (docs/speed.md, "The step at one stream"). Here the
-step is captured once per batch bucket (reference/cuda_graphs.py) and replayed: the same kernels,
+the H200 against 0.3-0.45 ms of device time (benchmarks/results/2026-12-01-h200-step-breakdown/NOTES.md).
+Here the step is captured once per batch bucket (reference/cuda_graphs.py) and replayed: the same kernels,
 the same draws (every row of the step depends on its own inputs alone, so the padding rows of a
 bucket change nothing: tests/test_talker_step.py), a handful of launches.
 
