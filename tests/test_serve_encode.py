@@ -3,6 +3,9 @@
 in 1 s chunks and whole: every format decodes, by another decoder, within the case file's bound,
 and the bound fails for a dropped chunk, a cut tail and a wrong rate."""
 
+import io
+
+import av
 import numpy as np
 import pytest
 
@@ -73,3 +76,28 @@ def test_the_bound_fails_a_dropped_chunk_a_cut_tail_and_a_wrong_rate(fmt, defect
     if defect != "wrong_rate" and not BOUNDS[fmt].get("exact"):
         measured = measure(fmt, data, pcm, True)
         assert measured.mel_db > 3 * BOUNDS[fmt]["max_mel_db"], measured  # far past the bound, not at its edge
+
+
+def _decodable_seconds(data: bytes) -> float:
+    """The audio FFmpeg's decoder gets from the bytes a client has so far (a prefix of the stream)."""
+    if not data:
+        return 0.0
+    try:
+        with av.open(io.BytesIO(data)) as container:
+            stream = container.streams.audio[0]
+            return sum(frame.samples / frame.sample_rate for packet in container.demux(stream)
+                       for frame in packet.decode())
+    except av.error.InvalidDataError:  # not even a header yet
+        return 0.0
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_a_streamed_answer_carries_each_chunks_audio_as_it_goes(fmt):
+    """After each 200 ms chunk of PCM the bytes sent so far decode to all of it but the encoder's
+    frame and look-ahead (at most 100 ms behind): nothing waits for a container page to fill (Ogg's
+    default 1 s pages held an opus stream's first audio back about 2 s)."""
+    pcm, step = speech_like(2.0), 2 * RATE // 5  # bytes of 200 ms
+    encoder, sent = StreamEncoder(fmt), b""
+    for n, at in enumerate(range(0, len(pcm), step), start=1):
+        sent += encoder.add(pcm[at:at + step])
+        assert _decodable_seconds(sent) >= 0.2 * n - 0.1, f"{fmt}: after {0.2 * n:.1f} s of PCM"

@@ -33,12 +33,15 @@ class Format:
     codec: str  # FFmpeg's encoder
     media_type: str
     bit_rate: int | None = None  # None: lossless
+    muxer_options: tuple[tuple[str, str], ...] = ()  # FFmpeg's muxer options beyond bitexact
 
 
 # Mono 24 kHz: mp3 is MPEG-2 layer III there (8-160 kbit/s; LAME's default would be 64).
 FORMATS = {
     "mp3": Format("mp3", "libmp3lame", "audio/mpeg", 128_000),
-    "opus": Format("ogg", "libopus", "audio/ogg", 64_000),
+    # One Opus packet (20 ms) per Ogg page: a page leaves as soon as its packet is encoded. With the
+    # muxer's default, 1 s pages, a streamed answer carried its first audio about 2 s of audio late.
+    "opus": Format("ogg", "libopus", "audio/ogg", 64_000, (("page_duration", "20000"),)),
     "aac": Format("adts", "aac", "audio/aac", 96_000),
     "flac": Format("flac", "flac", "audio/flac"),
 }
@@ -48,7 +51,8 @@ def _open(target, response_format: str, sample_rate: int):
     """(FFmpeg's muxer writing to `target`, its encoder's stream). bitexact: no random Ogg serial
     number, so equal PCM always makes equal bytes."""
     spec = FORMATS[response_format]
-    container = av.open(target, mode="w", format=spec.container, container_options={"fflags": "+bitexact"})
+    container = av.open(target, mode="w", format=spec.container,
+                        container_options={"fflags": "+bitexact", **dict(spec.muxer_options)})
     stream = container.add_stream(spec.codec, rate=sample_rate, layout="mono")
     if spec.bit_rate is not None:
         stream.bit_rate = spec.bit_rate
