@@ -12,8 +12,10 @@ benchmarks.TEXT, as in streams.py; the sampling is the server's default (streams
   (default 3c, at least 4);
 - open loop (`--rate R ...`): seeded Poisson arrivals, each sent at its instant however many are in
   flight, `--requests` per rate (default 10 s of arrivals, at least 4).
-Per request: status, time to headers, TTFA (the first audio byte, after a WAV's 44-byte header),
-every chunk's arrival and audio bytes (48000 a second: 24 kHz mono 16-bit), total time, audio
+Per request: status, time to headers, TTFA (the first audio byte, after a WAV's 44-byte header;
+of an encoded format, `--response-format` mp3, opus, aac or flac, its first bytes), every chunk's
+arrival and audio bytes (48000 a second: 24 kHz mono 16-bit; an encoded chunk's are the samples of
+the packets it completes, decoded by FFmpeg through PyAV once the answer is in), total time, audio
 seconds, stalls (`stalls`: a playback buffer that starts at the first audio byte). A non-200
 answer, a body that breaks off, a timeout or no audio is a failure, never a success. Per level,
 over the ok requests: TTFA p50/p90/p99, mean, min, max; time to headers and total p50/p99; RTF p50;
@@ -37,11 +39,12 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import io
 import json
 import math
 import os
-import shlex
 import platform as host
+import shlex
 import signal
 import subprocess
 import sys
@@ -51,6 +54,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+import av
 import httpx
 import numpy as np
 
@@ -120,12 +124,13 @@ class Speech:
     body: dict
     header_bytes: int = 0  # WAV_HEADER_BYTES for wav
     timeout_s: float = 300.0
+    encoded: bool = False  # mp3, opus, aac, flac: each chunk's audio is what its bytes decode to
 
     async def measure(self, t0: float, sink: list) -> None:
         """Appends the record of one request to `sink` (even when cancelled: the level's limit)."""
         sent = time.perf_counter()
         record = {"sent_s": sent - t0, "status": None, "headers_s": None, "chunks": [], "error_kind": None,
-                  "error": None}
+                  "error": None, **({"body": []} if self.encoded else {})}
         try:
             async with asyncio.timeout(self.timeout_s):
                 await self._exchange(record, sent)
@@ -154,10 +159,34 @@ class Speech:
                 header_left -= skipped
                 if len(data) > skipped:
                     record["chunks"].append([at, len(data) - skipped])
+                    if self.encoded:
+                        record["body"].append(data)
+
+
+def decoded_chunks(chunks: list, body: list[bytes]) -> list:
+    """An encoded stream's chunks as [arrival, PCM bytes]: each packet FFmpeg demuxes from the whole
+    body counts, with the samples it decodes to, at the arrival of the chunk holding its last byte
+    (the first instant a client could decode it); a packet without a position counts at the end."""
+    ends = np.cumsum([len(data) for data in body])
+    seconds = [0.0] * len(chunks)
+    with av.open(io.BytesIO(b"".join(body))) as container:
+        stream = container.streams.audio[0]
+        for packet in container.demux(stream):
+            decoded = sum(frame.samples / frame.sample_rate for frame in packet.decode())
+            last = packet.pos + packet.size - 1 if packet.pos is not None and packet.pos >= 0 else ends[-1] - 1
+            seconds[min(int(np.searchsorted(ends, last, side="right")), len(chunks) - 1)] += decoded
+    return [[at, duration * BYTES_PER_S] for (at, _), duration in zip(chunks, seconds)]
 
 
 def _finished(record: dict) -> dict:
     """Adds what follows from the chunks: TTFA, gaps, stalls, audio seconds, ok."""
+    if record.get("body"):  # an encoded answer: its audio from its decoded packets
+        record["encoded_bytes"] = sum(size for _, size in record["chunks"])
+        try:
+            record["chunks"] = decoded_chunks(record["chunks"], record.pop("body"))
+        except av.error.FFmpegError as exc:
+            record["error_kind"], record["error"] = "undecodable", f"FFmpeg could not decode the answer: {exc}"
+    record.pop("body", None)
     chunks = record["chunks"]
     record["ttfa_s"] = chunks[0][0] if chunks else None
     record["gaps_s"] = [b[0] - a[0] for a, b in zip(chunks, chunks[1:])]
@@ -238,7 +267,7 @@ async def run(args, url: str, model: str, results: dict) -> bool:
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)  # never a wait for a connection
     async with httpx.AsyncClient(limits=limits, timeout=args.request_timeout, trust_env=False) as client:
         speech = Speech(client, url, body, WAV_HEADER_BYTES if args.response_format == "wav" else 0,
-                        args.request_timeout)
+                        args.request_timeout, encoded=args.response_format not in ("pcm", "wav"))
         if args.warmup:
             warmup = await run_level(speech, "closed", 1, args.warmup, args)
             results["warmup"] = {k: v for k, v in warmup.items() if k != "records"}
@@ -393,7 +422,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="the Poisson arrivals' seed")
     p.add_argument("--max-tokens", type=int, help=f"rows of 40 ms (default {DEFAULT_MAX_TOKENS} for our server; "
                                                   "none sent with --base-url; 0: none sent)")
-    p.add_argument("--response-format", choices=["pcm", "wav"], default="pcm")
+    p.add_argument("--response-format", choices=["pcm", "wav", "mp3", "opus", "aac", "flac"], default="pcm",
+                   help="an encoded format's audio is what FFmpeg decodes from each chunk (PyAV)")
     p.add_argument("--extra-body", default="{}", help="a JSON object merged into every request's body")
     p.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request")
     p.add_argument("--level-timeout", type=float, default=900.0, help="seconds per level")

@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from benchmarks import served
 from benchmarks.served import BYTES_PER_S, Speech, closed_loop, level_figures, poisson_schedule, stalls
+from reference.serve.encode import StreamEncoder
 
 pytestmark = pytest.mark.cpu
 
@@ -127,6 +128,11 @@ async def speech(request: Request):
             yield audio(0.04)
             await asyncio.sleep(1.0)
             yield audio(0.04)
+        elif scenario == "mp3":  # 0.6 s of audio, a second's pause, 0.4 s more, encoded as ours are
+            encoder = StreamEncoder("mp3")
+            yield encoder.add(audio(0.6))
+            await asyncio.sleep(1.0)
+            yield encoder.add(audio(0.4)) + encoder.finish()
         elif scenario == "cut":  # the body breaks off: the server drops the connection, no last chunk
             yield audio(0.1)
             await asyncio.sleep(0.05)
@@ -214,6 +220,26 @@ def test_a_wav_header_is_not_audio(server, plan):
     r = asyncio.run(measure())
     assert r["ok"] and r["audio_s"] == pytest.approx(1.4)  # the 44 header bytes are not counted
     assert r["ttfa_s"] > 0.6 and r["ttfa_s"] - r["headers_s"] > 0.3  # TTFA waits for audio, past the header
+
+
+def test_an_encoded_answer_counts_the_audio_its_chunks_decode_to(server, plan):
+    """mp3 chunks: LAME holds its first frames back, so the first chunk decodes to less than the 0.6 s
+    sent, the second (after a second's pause) to the rest and the flush; a stall, and the whole
+    answer's audio within the encoder's priming and padding of the 1 s of PCM."""
+    plan.append("mp3")
+
+    async def measure() -> dict:
+        sink: list[dict] = []
+        async with httpx.AsyncClient(trust_env=False) as client:
+            await Speech(client, server, {}, timeout_s=30, encoded=True).measure(time.perf_counter(), sink)
+        return sink[0]
+
+    r = asyncio.run(measure())
+    assert r["ok"] and len(r["chunks"]) == 2 and r["encoded_bytes"] > 0 and "body" not in r
+    first, second = (size / BYTES_PER_S for _, size in r["chunks"])
+    assert 0.3 < first < 0.6 and second > 0.4, r["chunks"]
+    assert 1.0 <= r["audio_s"] < 1.0 + 0.15  # priming (1105 samples) and the last frame's padding
+    assert len(r["stalls_s"]) == 1 and r["stalls_s"][0] > 0.3, r
 
 
 def test_a_run_against_a_base_url_writes_its_json_and_png(server, plan, tmp_path, capsys):
