@@ -1,5 +1,5 @@
 """The upgrade gate's contract, end to end: for each outcome a maintainer acts on (tests/gate_contract/
-cases.yaml), the real gate (`python -m conformance.tools.gate`: the run, its watch, the diff) on a
+cases.yaml), the real gate (`python -m conformance.gate`: the run, its watch, the diff) on a
 stand-in suite prints the expected last line, exits with the expected code and writes the expected
 verdict. The candidate is a fake vLLM 0.31.0 (a distribution's metadata first on the path, which is
 all the gate reads of the version); the baseline is the pinned 0.32.0's. No engine starts."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance.tools import gate_run
+from conformance.gate import run as gate_run
 
 pytestmark = [pytest.mark.cpu, pytest.mark.slow]  # slow: the module's cases take about a minute together
 
@@ -81,7 +81,7 @@ def test_the_gate_keeps_its_contract(case, fake_vllm, tmp_path):
             verdict(earlier["checks"], earlier["figures"], CANDIDATE, earlier["complete"])))
         command = ["--rest", str(tmp_path / "earlier.json")]
     pytest_args = ["-n", "0"] if "earlier" in case else [SUITE, "-n", "0"]
-    command = [sys.executable, "-m", "conformance.tools.gate", "--baseline", str(tmp_path / "baseline.json"),
+    command = [sys.executable, "-m", "conformance.gate", "--baseline", str(tmp_path / "baseline.json"),
                "--out", str(out), *command, *case.get("gate", []), "--", *pytest_args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(fake_vllm)]), "HIGGS_WEIGHTS": "dummy",
            "GATE_CASE_PLAN": json.dumps(case.get("plan", {})), "GATE_TEST_GRACE": "2"}

@@ -1,4 +1,4 @@
-"""The upgrade gate's diff of two verdicts (conformance/tools/gate_diff.py), the weights each names, and its
+"""The upgrade gate's diff of two verdicts (conformance/gate/diff.py), the weights each names, and its
 collector's outcomes."""
 
 import json
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from conformance import figures
-from conformance.tools import gate, gate_diff
-from conformance.tools.gate_run import VerdictCollector
+from conformance.gate import __main__ as gate, diff as gate_diff
+from conformance.gate.run import VerdictCollector
 
 pytestmark = pytest.mark.cpu
 
@@ -202,7 +202,7 @@ def test_the_default_baseline_has_the_candidates_kind_of_weights():
 
 
 def test_a_merge_keeps_what_did_not_run_again_and_replaces_what_did():
-    from conformance.tools.gate_run import merge
+    from conformance.gate.run import merge
 
     fig = figures.measured(1.0, "dB", 0.5)
     earlier = {"checks": {"t::failed": {"outcome": "failed"}, "t::again": {"outcome": "failed"},

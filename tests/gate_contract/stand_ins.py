@@ -1,5 +1,5 @@
 """The stand-in suite of tests/test_gate_contract.py: five checks that do what $GATE_CASE_PLAN (JSON,
-check name -> plan) says, so that the real gate (conformance/tools/gate.py, gate_run.py, gate_watch.py,
+check name -> plan) says, so that the real gate (conformance/gate/__main__.py, gate_run.py, gate_watch.py,
 gate_diff.py) can be run on every outcome in seconds. Not collected by the suite (no test_ prefix):
 the gate names it.
 

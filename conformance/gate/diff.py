@@ -1,4 +1,4 @@
-"""The upgrade gate's comparison of two verdicts (conformance/tools/gate_run.py): a candidate vLLM
+"""The upgrade gate's comparison of two verdicts (conformance/gate/run.py): a candidate vLLM
 against the baseline of the pinned one. Plain Python (no vLLM, no torch).
 
 Red (the candidate regresses) when a check fails or errors on the candidate that did not on the

