@@ -67,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a deploy-file override for every phase, as python -m reference.deploy --set")
     parser.add_argument("--engine-repeats", type=int, default=3,
                         help="engine only: timed SHORT/LONG pairs per level (ms/step: their median and range; the "
-                             "spread gives the upgrade gate its tolerance, conformance/tools/gate_speed.py)")
+                             "spread gives the upgrade gate its tolerance, conformance/gate/speed.py)")
     parser.add_argument("--phase-timeout", type=float, default=420.0, help="seconds per phase (boot included)")
     parser.add_argument("--budget", type=float, help="seconds for the whole run; later phases are skipped")
     parser.add_argument("--gpus", nargs="+", help="GPU ids to use, one phase at a time on each (default: all)")

@@ -13,7 +13,7 @@ measured  Two-sided: the figure of a lossy setting (a stream geometry short of t
           differences can move it (`snr_tolerance_db`).
 
 A test gives the upgrade gate a figure as `record_property("figure:NAME", bounded(...))` or
-`measured(...)`; conformance/tools/gate_diff.py compares a bounded figure with its bound and a measured
+`measured(...)`; conformance/gate/diff.py compares a bounded figure with its bound and a measured
 one with the baseline's value.
 """
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conformance import weights
-from conformance.tools.gate_run import check_id
+from conformance.gate.run import check_id
 from conformance.environment import CPU_WORKERS, REAL_CHECKPOINT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent

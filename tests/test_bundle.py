@@ -1,5 +1,6 @@
 """The offline-GPU bundle (conformance/tools/bundle.py) without the registry: what travels, the
-platform tags, parts and their checksums, and the install's refusal of a missing or damaged part."""
+platform tags, parts and their checksums, and the install's refusal of a missing, damaged or
+mismatched stage, which leaves the target as it was."""
 
 import hashlib
 import io
@@ -10,6 +11,23 @@ from pathlib import Path
 import pytest
 
 from conformance.tools import bundle
+
+
+def stage_bundle(tmp_path: Path, wheels: dict[str, bytes], debs: dict[str, bytes] | None = None,
+                 part_bytes: int = 4096) -> Path:
+    """A staged bundle as `build` writes one (parts, SHA256SUMS, MANIFEST.json) of these files."""
+    folders = {}
+    for kind, files in (("w", wheels), ("deb", debs or {})):
+        folders[kind] = tmp_path / f"src-{kind}"
+        folders[kind].mkdir(exist_ok=True)
+        for name, data in files.items():
+            (folders[kind] / name).write_bytes(data)
+    stage = tmp_path / "stage"
+    parts = bundle.write_parts(folders["w"], stage, part_bytes=part_bytes, debs=folders["deb"])
+    (stage / bundle.MANIFEST).write_text(json.dumps({
+        "parts": parts, "wheels": {n: len(d) for n, d in sorted(wheels.items())},
+        "debs": {n: len(d) for n, d in sorted((debs or {}).items())}}))
+    return stage
 
 
 def test_only_packages_the_host_lacks_at_that_version_travel():
@@ -38,6 +56,7 @@ def test_parts_are_at_most_the_part_size_and_rejoin_into_the_wheels(tmp_path):
         (wheels / name).write_bytes(data)
     out = tmp_path / "out"
     parts = bundle.write_parts(wheels, out, part_bytes=4096)
+    (out / bundle.MANIFEST).write_text(json.dumps({"parts": parts}))
     assert parts[:2] == ["part-aa", "part-ab"] and len(parts) > 3
     assert all((out / p).stat().st_size <= 4096 for p in parts)
     assert bundle.verify(out) == parts
@@ -115,8 +134,8 @@ def test_a_bundle_of_debs_alone_installs_into_the_targets_debroot(tmp_path, caps
     debs.mkdir()
     fake_deb(debs / "espeak-ng_1.51_amd64.deb", {"usr/bin/espeak-ng": b"#!/bin/sh\n"}, compression="gz")
     fake_deb(debs / "espeak-ng-data_1.51_amd64.deb", {"usr/lib/x86_64-linux-gnu/espeak-ng-data/phontab": b"p"})
-    stage = tmp_path / "stage"
-    parts = bundle.write_parts(tmp_path / "no-wheels", stage, part_bytes=4096, debs=debs)
+    stage = stage_bundle(tmp_path, {}, {d.name: d.read_bytes() for d in debs.iterdir()})
+    parts = json.loads((stage / bundle.MANIFEST).read_text())["parts"]
     assert parts and bundle.verify(stage) == parts
     target = bundle.install(stage, tmp_path / "quality")
     assert target == tmp_path / "quality"
@@ -170,3 +189,57 @@ def test_a_resolve_under_another_python_than_the_hosts_is_refused_naming_the_int
     bundle.check_interpreter("3.12", running=(3, 12))
     with pytest.raises(SystemExit, match=r"host's Python is 3\.12, this is 3\.11: run the build under Python 3\.12"):
         bundle.check_interpreter("3.12", running=(3, 11))
+
+
+def _deb_stage(tmp_path: Path, name: str = "espeak-ng_1.51_amd64.deb") -> Path:
+    tmp_path.mkdir(exist_ok=True)
+    fake_deb(tmp_path / name, {"usr/bin/espeak-ng": b"#!/bin/sh\n" + b"x" * 6000})
+    return stage_bundle(tmp_path, {}, {name: (tmp_path / name).read_bytes()})
+
+
+def _refused(stage: Path, target: Path, match: str) -> None:
+    before = sorted(p.relative_to(target) for p in target.rglob("*")) if target.exists() else None
+    with pytest.raises(SystemExit, match=match):
+        bundle.install(stage, target)
+    after = sorted(p.relative_to(target) for p in target.rglob("*")) if target.exists() else None
+    assert after == before, "a refused install touched the target"
+    assert not list(target.parent.glob(f".{target.name}.partial-*")) and not (stage / "unpacked").exists()
+
+
+def test_a_damaged_stage_is_refused_and_the_target_is_untouched(tmp_path):
+    stage = _deb_stage(tmp_path)
+    part = stage / "part-ab"
+    good = part.read_bytes()
+    part.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    _refused(stage, tmp_path / "new-target", "part-ab .* does not match SHA256SUMS")
+    part.write_bytes(good)
+    (stage / "SHA256SUMS").unlink()
+    _refused(stage, tmp_path / "new-target", "has no SHA256SUMS")
+
+
+def test_a_stage_mixing_two_bundles_is_refused_and_the_target_is_untouched(tmp_path):
+    one, other = _deb_stage(tmp_path / "one"), _deb_stage(tmp_path / "other", "libsonic0_1_amd64.deb")
+    target = tmp_path / "target"
+    # A part of another bundle beside this one's.
+    (one / "part-zz").write_bytes((other / "part-aa").read_bytes())
+    _refused(one, target, "part-zz .* not in SHA256SUMS: a part of another bundle")
+    (one / "part-zz").unlink()
+    # This bundle's parts and checksums with another bundle's manifest (same part names, other contents).
+    manifest = json.loads((one / bundle.MANIFEST).read_text())
+    (one / bundle.MANIFEST).write_text((other / bundle.MANIFEST).read_text())
+    _refused(one, target, r"the parts hold debs \['espeak-ng_1.51_amd64.deb'\], MANIFEST.json lists "
+                          r"\['libsonic0_1_amd64.deb'\]")
+    (one / bundle.MANIFEST).write_text(json.dumps({**manifest, "parts": ["part-aa"]}))
+    _refused(one, target, "MANIFEST.json in .* names the parts \\['part-aa'\\], SHA256SUMS \\['part-aa', 'part-ab'")
+
+
+def test_a_target_that_holds_files_is_refused_untouched_and_an_install_lands_whole(tmp_path):
+    stage = _deb_stage(tmp_path)
+    target = tmp_path / "quality"
+    target.mkdir()
+    (target / "earlier.txt").write_text("an earlier install")
+    _refused(stage, target, "quality is not empty: install into a new folder")
+    (target / "earlier.txt").unlink()
+    assert bundle.install(stage, target) == target
+    assert (target / "debroot/usr/bin/espeak-ng").exists()
+    assert [p.name for p in target.parent.iterdir() if p.name.startswith(".quality")] == []

@@ -1,6 +1,6 @@
 """The vLLM compatibility layer, on the installed vLLM, on every platform: the CPU job and the GPU
 selection (marker `every_platform`) both run it, so the upgrade gate checks every `Difference` on each
-known version (conformance/tools/gate.py). The CPU platform's own facts: test_compat_cpu.py."""
+known version (conformance/gate/__main__.py). The CPU platform's own facts: test_compat_cpu.py."""
 
 import msgspec
 import pytest

@@ -1,4 +1,4 @@
-"""The upgrade gate's diff of two verdicts (conformance/tools/gate_diff.py), the weights each names, and its
+"""The upgrade gate's diff of two verdicts (conformance/gate/diff.py), the weights each names, and its
 collector's outcomes."""
 
 import json
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from conformance import figures
-from conformance.tools import gate, gate_diff
-from conformance.tools.gate_run import VerdictCollector
+from conformance.gate import __main__ as gate, diff as gate_diff
+from conformance.gate.run import VerdictCollector
 
 pytestmark = pytest.mark.cpu
 
@@ -199,3 +199,36 @@ def test_the_collector_counts_the_real_weight_checks_whose_body_ran():
 def test_the_default_baseline_has_the_candidates_kind_of_weights():
     assert gate.default_baseline("cpu").name == "cpu-0.32.0.json"
     assert gate.default_baseline("cpu", REAL).name == "cpu-0.32.0-real.json"
+
+
+def test_a_merge_keeps_what_did_not_run_again_and_replaces_what_did():
+    from conformance.gate.run import merge
+
+    fig = figures.measured(1.0, "dB", 0.5)
+    earlier = {"checks": {"t::failed": {"outcome": "failed"}, "t::again": {"outcome": "failed"},
+                          "t::late": {"outcome": "notrun"}, "t::left": {"outcome": "notrun"}},
+               "figures": {"t::failed::snr_db": fig, "t::again::snr_db": fig},
+               "seconds": 10, "pytest_exit": 4, "pytest_args": ["suite"], "complete": False}
+    later = {"checks": {"t::again": {"outcome": "passed"}, "t::late": {"outcome": "passed"}}, "figures": {},
+             "seconds": 5, "pytest_exit": 0, "pytest_args": ["t::late"], "complete": True}
+    merged = merge(earlier, later)
+    assert {c: r["outcome"] for c, r in merged["checks"].items()} == {
+        "t::again": "passed", "t::failed": "failed", "t::late": "passed", "t::left": "notrun"}
+    # A failed check's figure stays; one of a check run again goes with its earlier outcome.
+    assert list(merged["figures"]) == ["t::failed::snr_db"]
+    assert merged["complete"] is False, "a check still notrun leaves the merged verdict incomplete"
+    assert merge(earlier, {**later, "checks": {**later["checks"], "t::left": {"outcome": "passed"}}})["complete"]
+
+
+def test_the_last_line_of_an_incomplete_verdict_is_never_green():
+    cand = dict(json.loads(json.dumps(BASE)), complete=False)
+    cand["checks"]["conformance/codec/test_codec_golden.py::c"] = {"outcome": "notrun"}
+    cand["counts"] = {"notrun": 1, "passed": 2, "failed": 1}
+    d = gate_diff.diff(BASE, cand)
+    assert gate_diff.verdict_line(cand, d).startswith("INCOMPLETE: no regression in what ran; 1 checks not run")
+    assert gate_diff.exit_code(cand, d) == 4
+    d.newly_failing.append(("x", "y"))
+    assert gate_diff.verdict_line(cand, d).startswith("RED and INCOMPLETE: the candidate regresses; 1 checks")
+    assert gate_diff.exit_code(cand, d) == 5
+    empty = dict(cand, checks={}, counts={})  # the deadline came before the checks were collected
+    assert "run the gate again" in gate_diff.verdict_line(empty, gate_diff.diff(BASE, empty))

@@ -1,11 +1,11 @@
-"""The gate's speed figures (conformance/tools/gate_speed.py) from a benchmark's speed.json: ratios
+"""The gate's speed figures (conformance/gate/speed.py) from a benchmark's speed.json: ratios
 of medians, tolerances from the run's own spread, and a slower candidate turning the diff red."""
 
 import copy
 
 import pytest
 
-from conformance.tools import gate_diff, gate_speed
+from conformance.gate import diff as gate_diff, speed as gate_speed
 
 
 def speed(talker_steps=(5.0, 4.0, 4.5), bare_steps=(3.0, 3.0, 3.0), v2_ttfa=(300, 250, 350), v1_ttfa=(500, 600, 550)):

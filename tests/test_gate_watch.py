@@ -1,4 +1,4 @@
-"""The gate run's limits (conformance/tools/gate_watch.py) on checks that hang: a verdict is always
+"""The gate run's limits (conformance/gate/watch.py) on checks that hang: a verdict is always
 written, each hung check is an error naming its limit and group, the rest of its group runs, the
 deadline leaves `notrun` checks, and `--rest` runs exactly those. Stand-in checks, no vLLM engine."""
 
@@ -56,7 +56,7 @@ def test_long(n):
 
 def gate_run(out: Path, *args: str, sleep: str = "1") -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GATE_TEST_GRACE": "2", "STAND_IN_SLEEP": sleep}
-    return subprocess.run([sys.executable, "-m", "conformance.tools.gate_run", str(out), *args],
+    return subprocess.run([sys.executable, "-m", "conformance.gate.run", str(out), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -146,7 +146,7 @@ def test_again_runs_an_area_again_into_the_verdict(stand_ins, tmp_path):
     refused = gate_run(out, "--rest", str(out), "-n", "0")  # nothing notrun, nothing asked again
     assert refused.returncode == 2 and "no check left to run" in refused.stderr, refused.stderr
 
-    again = subprocess.run([sys.executable, "-m", "conformance.tools.gate_run", str(out), "--rest", str(out),
+    again = subprocess.run([sys.executable, "-m", "conformance.gate.run", str(out), "--rest", str(out),
                             "--again", f"{path}::test_needs_a_tool", "-n", "0"], cwd=ROOT, capture_output=True,
                            text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), "STAND_IN_TOOL": "here"})
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]

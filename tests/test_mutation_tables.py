@@ -1,4 +1,4 @@
-"""Every planted defect of the mutation runners (conformance/tools/mutate_*.py) still finds the
+"""Every planted defect of the mutation runners (conformance/mutations/*.py) still finds the
 text it replaces exactly once: a runner whose target text moved plants nothing, and its defect
 would read as "not caught" (or be skipped) instead of proving a check."""
 
@@ -9,14 +9,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = {
-    "mutate_serving": ["MUTATIONS"],
-    "mutate_talker": ["MUTATIONS"],
-    "mutate_deploy": ["MUTATIONS", "BOOT_MUTATIONS"],
-    "mutate_gpu": ["MUTATIONS", "PARALLEL_MUTATIONS"],
-    "mutate_quality": ["MUTATIONS"],
+    "serving": ["MUTATIONS"],
+    "talker": ["MUTATIONS"],
+    "deploy": ["MUTATIONS", "BOOT_MUTATIONS"],
+    "gpu": ["MUTATIONS", "PARALLEL_MUTATIONS"],
+    "quality": ["MUTATIONS"],
 }
 ROWS = [(module, row) for module, names in TABLES.items() for name in names
-        for row in getattr(importlib.import_module(f"conformance.tools.{module}"), name)]
+        for row in getattr(importlib.import_module(f"conformance.mutations.{module}"), name)]
 
 
 @pytest.mark.parametrize("module, row", ROWS, ids=[f"{m}:{i}" for i, (m, _) in enumerate(ROWS)])

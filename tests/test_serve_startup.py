@@ -3,15 +3,19 @@ profile fails its start naming the key, and the engine is shut down after a fail
 After the read-back the code2wav stage is warmed; a failed read-back warms nothing."""
 
 import asyncio
+import inspect
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
 
-from reference.deploy.readback import BuildMismatch, expected_build
+from reference import compat
+from reference.deploy.readback import BuildMismatch, check_build, expected_build
 from reference.deploy.resolve import resolve_deployment
 from reference.serve.__main__ import check_engine_build, start
 from reference.serve.app import build_app
 from reference.serve.metrics import ServeMetrics
+from reference.talker.engine import built_settings as engine_built_settings
 from tests.test_serve_app import EXACT, FakeService, FakeSpeaker
 
 
@@ -89,3 +93,83 @@ def test_a_passed_start_check_serves():
 
     with TestClient(build_app(service(), on_startup=accept)) as c:
         assert started == [True] and c.get("/health").json()["status"] == "ok"
+
+
+# What the front end holds and what a worker built can differ (a worker's vLLM resolves its own copy of
+# the config: the platform's and the runner's adjustments, the graphs it captured, the backend its
+# layers run). The read-back must be the workers'.
+
+def engine_config(asks: dict, **changed):
+    """A VllmConfig's shape (the paths reference/compat.py built_settings reads) holding `asks`, with
+    `changed` (scheduler or cache fields) as a worker's own resolution left them."""
+    scheduler = SimpleNamespace(max_num_seqs=asks["max_num_seqs"], max_num_batched_tokens=2048,
+                                async_scheduling=asks["async_scheduling"], enable_chunked_prefill=True)
+    cache = SimpleNamespace(enable_prefix_caching=asks["enable_prefix_caching"], block_size=128, cache_dtype="auto")
+    for name, value in changed.items():
+        setattr(scheduler if hasattr(scheduler, name) else cache, name, value)
+    return SimpleNamespace(
+        compilation_config=SimpleNamespace(mode=asks["compilation_mode"], cudagraph_mode=asks["cudagraph_mode"],
+                                           cudagraph_capture_sizes=asks["cudagraph_capture_sizes"]),
+        scheduler_config=scheduler, cache_config=cache,
+        model_config=SimpleNamespace(max_model_len=asks["max_model_len"], enforce_eager=asks["enforce_eager"],
+                                     seed=asks["seed"]),
+        parallel_config=SimpleNamespace(tensor_parallel_size=1, data_parallel_size=1),
+        attention_config=SimpleNamespace(backend=asks["attention_backend"]))
+
+
+class Worker:
+    """A worker's read-back as TalkerWorker.talker_built_settings does it: compat.built_settings on
+    the worker's own config and runner (a V1 runner whose layers run CPU_ATTN)."""
+
+    def __init__(self, vllm_config):
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        self.vllm_config = vllm_config
+        self.model_runner = SimpleNamespace(attn_groups=[[SimpleNamespace(backend=CPUAttentionBackend)]])
+
+    def talker_built_settings(self):
+        return compat.built_settings(self.vllm_config, self.model_runner)
+
+
+class FrontEnd(ReportingEngine):
+    """An AsyncLLM stand-in: its own `vllm_config`, and workers that answer collective_rpc themselves."""
+
+    def __init__(self, vllm_config, workers):
+        super().__init__(None)
+        self.vllm_config, self.workers = vllm_config, workers
+
+    async def collective_rpc(self, method):
+        self.asked.append(method)
+        return [getattr(worker, method)() for worker in self.workers]
+
+
+def test_the_read_back_is_what_the_workers_built_not_the_front_ends_config():
+    from reference.talker.worker import TalkerWorker
+
+    assert "compat.built_settings(self.vllm_config, self.model_runner)" in inspect.getsource(
+        TalkerWorker.talker_built_settings), "Worker above must read back as the real worker does"
+    deployment = resolve_deployment("default", "cpu")
+    asks = as_profile_asks(deployment)
+    # The front end holds what the profile asks; the worker built 4 sequences and no prefix caching.
+    front = FrontEnd(engine_config(asks), [Worker(engine_config(asks, max_num_seqs=4, enable_prefix_caching=False))])
+    with pytest.raises(BuildMismatch) as error:
+        asyncio.run(check_engine_build(front, deployment))
+    assert [line.split(": ")[1] for line in str(error.value).splitlines()] == ["max_num_seqs", "enable_prefix_caching"]
+    assert "max_num_seqs: vLLM built 4, the profile resolved 16" in str(error.value)
+    # And the other way round: a front end whose config differs, workers that built what the profile asks.
+    front = FrontEnd(engine_config(asks, max_num_seqs=4), [Worker(engine_config(asks))] * 2)
+    asyncio.run(check_engine_build(front, deployment))
+    assert front.asked == ["talker_built_settings"]
+
+
+def test_the_offline_read_back_asks_the_workers_too():
+    """reference/talker/engine.py built_settings (the engine-boot checks' read-back) on a vllm.LLM stand-in."""
+    deployment = resolve_deployment("default", "cpu")
+    asks = as_profile_asks(deployment)
+    worker = Worker(engine_config(asks, max_num_seqs=4))
+    llm = SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=engine_config(asks)),
+                          collective_rpc=lambda method: [getattr(worker, method)()])
+    built = engine_built_settings(llm)
+    assert [b["max_num_seqs"] for b in built] == [4]
+    with pytest.raises(BuildMismatch, match="max_num_seqs: vLLM built 4, the profile resolved 16"):
+        check_build(deployment, built)

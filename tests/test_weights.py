@@ -13,7 +13,7 @@ import pytest
 
 from conformance import report, weights
 from conformance.environment import REAL_CHECKPOINT_ENV
-from conformance.tools import gate_run as gate_run_module
+from conformance.gate import run as gate_run_module
 from higgs_dummy.cache import cached_checkpoint
 from reference.talker import config as talker_config
 
@@ -169,7 +169,7 @@ def test_a_real_session_in_which_a_real_check_ran_passes_and_a_dummy_one_skips_i
 
 
 def gate_run(out: Path, *args, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "conformance.tools.gate_run", str(out), *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "conformance.gate.run", str(out), *args], cwd=ROOT,
                           env=_env(PYTHONPATH=str(ROOT), **env), capture_output=True, text=True, timeout=300)
 
 

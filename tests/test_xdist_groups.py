@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.tools.gate_run import check_id
+from conformance.gate.run import check_id
 
 pytestmark = pytest.mark.cpu
 

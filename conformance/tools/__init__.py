@@ -1,1 +1,2 @@
-"""The suite's tools, not checks: the upgrade gate, planted-defect runs, golden writers, the soak, the robustness matrix."""
+"""The suite's other tools, not checks: the offline-GPU bundle, golden writers, the soak, the robustness matrix
+(the upgrade gate is conformance/gate/, the planted defects conformance/mutations/)."""

@@ -22,12 +22,14 @@ keeps the host's versions: dependencies resolve to the version the host has (pip
 a requirement the host has at another version takes the host's, so the bundle only adds and
 shadows nothing. `--deb PKG...` carries Debian packages too (`apt-get download` here; `--deb
 quality`: espeak-ng, its voices and the libraries it loads besides glibc's own, QUALITY_DEBS).
-`install` checks the parts, unpacks them and installs the wheels with `--no-index --no-deps` into
+`install` checks the parts (SHA256SUMS; MANIFEST.json naming the same parts and, once unpacked, the same
+wheels and Debian packages), then installs the wheels with `--no-index --no-deps` into
 `--target` (default ~/vllm-X, X the bundle's vLLM wheel: one folder per version, so versions live side by side and the host's
 own packages stay untouched); the run puts that folder first on PYTHONPATH. Debian packages are
 unpacked (as `dpkg -x` does, nothing outside the folder is touched) into TARGET/debroot; with
 espeak-ng there, the quality checks use it through HIGGS_ESPEAK_NG_ROOT=TARGET/debroot
-(conformance/quality/clips.py).
+(conformance/quality/clips.py). A stage that fails a check, and a target that already holds files, are
+refused before the target is touched; the install is built beside the target and renamed into place.
 """
 
 from __future__ import annotations
@@ -258,7 +260,11 @@ def build(vllm: str | None, host_files: list[Path], out: Path, python: str, glib
 
 
 def verify(stage: Path) -> list[str]:
-    """The parts named in SHA256SUMS, each checked; raises naming the first bad or missing one."""
+    """The parts of the bundle in `stage`, each checked against SHA256SUMS, and MANIFEST.json naming
+    the same parts; raises naming the first part missing, damaged, or of another bundle."""
+    for name in ("SHA256SUMS", MANIFEST):
+        if not (stage / name).is_file():
+            raise SystemExit(f"bundle: {stage} has no {name}: copy it there with the parts")
     parts = []
     for line in (stage / "SHA256SUMS").read_text().splitlines():
         digest, name = line.split()
@@ -268,34 +274,71 @@ def verify(stage: Path) -> list[str]:
         if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
             raise SystemExit(f"bundle: {name} in {stage} does not match SHA256SUMS: copy it again")
         parts.append(name)
+    stray = sorted(p.name for p in stage.glob("part-*") if p.name not in parts)
+    if stray:
+        raise SystemExit(f"bundle: {', '.join(stray)} in {stage} not in SHA256SUMS: a part of another bundle? "
+                         "stage one bundle per folder")
+    named = json.loads((stage / MANIFEST).read_text()).get("parts")
+    if named != parts:
+        raise SystemExit(f"bundle: {MANIFEST} in {stage} names the parts {named}, SHA256SUMS {parts}: the two are of "
+                         "different bundles; copy both from the one bundle")
     return parts
 
 
+def _check_contents(unpacked: Path, manifest: dict) -> None:
+    """The unpacked wheels and Debian packages, with their sizes, are the ones MANIFEST.json lists."""
+    for folder, key in (("w", "wheels"), ("deb", "debs")):
+        found = {f.name: f.stat().st_size for f in sorted((unpacked / folder).glob("*"))}
+        if found != manifest.get(key, {}):
+            listed = sorted(manifest.get(key, {}))
+            raise SystemExit(f"bundle: the parts hold {key} {sorted(found)}, {MANIFEST} lists {listed} "
+                             "(or other sizes): parts and manifest of different bundles")
+
+
 def install(stage: Path, target: Path | None) -> Path:
+    """Checks everything before it touches `target`: a bundle that does not verify, unpack, or match its
+    manifest, and a target that already holds files, are refused with the target as it was. The
+    install goes into a folder beside the target, renamed into place once complete."""
+    if target is not None and target.exists() and any(target.iterdir()):
+        raise SystemExit(f"bundle: {target} is not empty: install into a new folder (--target) or remove it first")
     parts = verify(stage)
+    manifest = json.loads((stage / MANIFEST).read_text())
     unpacked = stage / "unpacked"
     shutil.rmtree(unpacked, ignore_errors=True)
     unpacked.mkdir()
-    reader, writer = os.pipe()
-    tar = subprocess.Popen(["tar", "xf", "-", "-C", str(unpacked)], stdin=reader)
-    os.close(reader)
-    with os.fdopen(writer, "wb") as pipe:
-        for name in parts:
-            with (stage / name).open("rb") as part:
-                shutil.copyfileobj(part, pipe, 16 << 20)
-    if tar.wait() != 0:
-        raise SystemExit("bundle: the parts did not unpack")
-    wheels = sorted(str(w) for w in (unpacked / "w").glob("*.whl"))
-    debs = sorted((unpacked / "deb").glob("*.deb"))
-    vllm = [Path(w).name.split("-")[1] for w in wheels if Path(w).name.startswith("vllm-")]
-    target = target or Path.home() / f"vllm-{vllm[0] if vllm else 'bundle'}"
-    target.mkdir(parents=True, exist_ok=True)
-    if wheels:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                        "--target", str(target), *wheels], check=True)
-    for deb in debs:
-        extract_deb(deb, target / DEBROOT)
-    shutil.rmtree(unpacked)
+    try:
+        reader, writer = os.pipe()
+        tar = subprocess.Popen(["tar", "xf", "-", "-C", str(unpacked)], stdin=reader, stderr=subprocess.DEVNULL)
+        os.close(reader)
+        with os.fdopen(writer, "wb") as pipe:
+            for name in parts:
+                with (stage / name).open("rb") as part:
+                    shutil.copyfileobj(part, pipe, 16 << 20)
+        if tar.wait() != 0:
+            raise SystemExit("bundle: the parts did not unpack")
+        _check_contents(unpacked, manifest)
+        wheels = sorted(str(w) for w in (unpacked / "w").glob("*.whl"))
+        debs = sorted((unpacked / "deb").glob("*.deb"))
+        vllm = [Path(w).name.split("-")[1] for w in wheels if Path(w).name.startswith("vllm-")]
+        target = target or Path.home() / f"vllm-{vllm[0] if vllm else 'bundle'}"
+        if target.exists() and any(target.iterdir()):
+            raise SystemExit(f"bundle: {target} is not empty: install into a new folder (--target) or remove it first")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+        building.chmod(0o755)
+        try:
+            if wheels:
+                subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                                "--target", str(building), *wheels], check=True)
+            for deb in debs:
+                extract_deb(deb, building / DEBROOT)
+            if target.exists():
+                target.rmdir()  # empty (checked above)
+            building.rename(target)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+    finally:
+        shutil.rmtree(unpacked, ignore_errors=True)
     print(f"bundle: {len(wheels)} wheels{f' and {len(debs)} Debian packages' if debs else ''} installed into {target}\n"
           f"  export PYTHONPATH={target}:$(python3 -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')"
           + ("  # beside a vLLM bundle: PYTHONPATH=VLLM_TARGET:" + str(target) + ":..." if not vllm else ""))

@@ -1,8 +1,8 @@
 """The upgrade gate's speed area on a GPU: a short benchmark (python -m benchmarks) whose ratios
 become verdict figures, each with a tolerance measured in the same run.
 
-    python -m conformance.tools.gate_speed VERDICT --run [--budget S] [--out-dir DIR]   # the GPU machine
-    python -m conformance.tools.gate_speed VERDICT --speed DIR/speed.json               # an earlier benchmark
+    python -m conformance.gate.speed VERDICT --run [--budget S] [--out-dir DIR]   # the GPU machine
+    python -m conformance.gate.speed VERDICT --speed DIR/speed.json               # an earlier benchmark
 
 The benchmark (BENCHMARK_ARGS, about 400 s on one H200 with vLLM 0.26.0, 540 s with 0.33.0, three engine boots):
 talker and bare Qwen3 of its shape under the `default` profile (Model Runner V2, CUDA graphs),
@@ -56,7 +56,7 @@ def _phase(speed: dict, name: str) -> dict:
             if phase.get("status") != "ok":
                 raise ValueError(f"benchmark phase {name} did not finish: {phase.get('message')}")
             return phase
-    raise ValueError(f"benchmark phase {name} missing (did the benchmark run with gate_speed's arguments?)")
+    raise ValueError(f"benchmark phase {name} missing (did the benchmark run with conformance.gate.speed's arguments?)")
 
 
 def figures(speed: dict) -> dict[str, dict]:
@@ -103,7 +103,7 @@ def run_benchmark(out_dir: Path, budget: float) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m conformance.tools.gate_speed", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m conformance.gate.speed", description=__doc__.split("\n\n")[0])
     p.add_argument("verdict", type=Path, help="the verdict the speed figures are added to")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", action="store_true", help="run the benchmark now (a CUDA machine)")
@@ -116,7 +116,7 @@ def main(argv: list[str]) -> int:
     try:
         verdict = add_to_verdict(args.verdict, json.loads(path.read_text()), str(path))
     except (OSError, ValueError) as error:
-        print(f"gate_speed: {error}", file=sys.stderr)
+        print(f"gate speed: {error}", file=sys.stderr)
         return 1
     for name, figure in verdict["figures"].items():
         if name.startswith("speed::"):

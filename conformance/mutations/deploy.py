@@ -1,12 +1,12 @@
 """Check that the deploy tests catch the removal of each rule (a small mutation run).
 
-    python -m conformance.tools.mutate_deploy [--baseline] [--list] [--jobs N] [INDEX ...]
+    python -m conformance.mutations.deploy [--baseline] [--list] [--jobs N] [INDEX ...]
 
 Each mutation copies the tree to a temporary directory, breaks one rule of reference/ there
 (a textual edit that must match exactly once), runs the deploy tests and reports RED (caught)
 or GREEN (survived). Exit status 1 if any mutation survives or no longer applies. Not collected by
 pytest: it takes a few minutes (one pytest run per mutation). The mechanics (copy, edit, run,
-verdict) live in conformance/tools/mutation_run.py.
+verdict) live in conformance/mutations/run.py.
 
 The three defects of issue #14 (a platform's connector override replacing instead of merging, a
 platform stage override landing on the wrong stage_id, a V1 platform fallback keeping the V2
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import sys
 
-from conformance.tools.mutation_run import Mutation, main, mutations_from_table
+from conformance.mutations.run import Mutation, main, mutations_from_table
 
 TESTS = [
     "conformance/deploy/test_deploy_matrix.py",

@@ -1,4 +1,4 @@
-"""The upgrade gate's comparison of two verdicts (conformance/tools/gate_run.py): a candidate vLLM
+"""The upgrade gate's comparison of two verdicts (conformance/gate/run.py): a candidate vLLM
 against the baseline of the pinned one. Plain Python (no vLLM, no torch).
 
 Red (the candidate regresses) when a check fails or errors on the candidate that did not on the
@@ -25,6 +25,8 @@ from conformance import figures
 from conformance import weights as weights_mode
 
 FAILING = ("failed", "error")
+# The gate's exit codes for a verdict (gate.py): added when both hold (5: regressed and incomplete).
+REGRESSED, INCOMPLETE = 1, 4
 
 
 @dataclasses.dataclass
@@ -139,17 +141,44 @@ def render(baseline: dict, candidate: dict, d: GateDiff) -> list[str]:
     section("checks only in the baseline", d.only_in_baseline, limit=10)
     section("checks only in the candidate", d.only_in_candidate, limit=10)
     section("figures the candidate did not measure", d.figures_missing, limit=10)
-    counts = candidate["counts"]
-    summary = ", ".join(f"{k} {v}" for k, v in counts.items())
     lines.extend(warning)  # again beside the verdict line: a long diff must not bury it
-    if d.weights_differ:
-        outcome = "RED: baseline and candidate ran different weights"
-    elif d.no_real_checks:
-        outcome = "RED: no real-weight check ran"
-    else:
-        outcome = "RED: the candidate regresses" if d.regressed else "GREEN: no regression"
-    lines.append(f"{outcome} ({summary})")
+    lines.append(verdict_line(candidate, d))
     return lines
+
+
+def notrun(verdict: dict) -> list[str]:
+    """The verdict's checks that did not run to their end (a deadline's verdict): `--rest` runs them."""
+    return sorted(c for c, r in verdict["checks"].items() if r["outcome"] == "notrun")
+
+
+def incomplete(verdict: dict) -> bool:
+    """A verdict written before every check ran (format 3's `complete`; older verdicts are whole)."""
+    return not verdict.get("complete", True) or bool(notrun(verdict))
+
+
+def exit_code(candidate: dict, d: GateDiff) -> int:
+    """0 green; REGRESSED, INCOMPLETE, or both added (REGRESSED + INCOMPLETE) when both hold."""
+    return (REGRESSED if d.regressed else 0) + (INCOMPLETE if incomplete(candidate) else 0)
+
+
+def verdict_line(candidate: dict, d: GateDiff) -> str:
+    """The gate's last line: GREEN only for a complete verdict without regression; an incomplete one
+    says INCOMPLETE (and RED too when what ran regresses), with how many checks are left."""
+    summary = ", ".join(f"{k} {v}" for k, v in candidate["counts"].items())
+    if d.weights_differ:
+        red = "baseline and candidate ran different weights"
+    elif d.no_real_checks:
+        red = "no real-weight check ran"
+    else:
+        red = "the candidate regresses" if d.regressed else ""
+    if not incomplete(candidate):
+        return f"RED: {red} ({summary})" if red else f"GREEN: no regression ({summary})"
+    left = len(notrun(candidate))
+    rest = (f"{left} checks not run: `--rest VERDICT` runs them" if left
+            else "the run ended before its checks were collected: run the gate again")
+    if red:
+        return f"RED and INCOMPLETE: {red}; {rest} ({summary})"
+    return f"INCOMPLETE: no regression in what ran; {rest} ({summary})"
 
 
 def matrix(verdicts: list[dict]) -> list[str]:

@@ -1,7 +1,7 @@
 """One upgrade-gate run inside the environment of the vLLM under test: every check's outcome and
-every measured figure, written as a verdict (JSON). conformance/tools/gate.py starts it and diffs.
+every measured figure, written as a verdict (JSON). conformance/gate/__main__.py starts it and diffs.
 
-    python -m conformance.tools.gate_run OUT.json [--deadline S] [--test-timeout S] [--rest VERDICT [--again PATH]...] [pytest args...]
+    python -m conformance.gate.run OUT.json [--deadline S] [--test-timeout S] [--rest VERDICT [--again PATH]...] [pytest args...]
 
 The suite is the one of the platform's job: on a CPU `pytest -m "not gpu"` (tox -e cpu-dummy), on
 a CUDA machine `pytest -m "gpu or engine or every_platform" -n 4 --dist loadgroup` (tox -e gpu); with
@@ -11,7 +11,7 @@ The verdict names its weights (`weights`: "dummy" or "real: <path>, <revision or
 many real-weight checks ran (`real_weight_checks_run`); format 1 verdicts predate both and ran
 dummy weights.
 
-`--test-timeout` and `--deadline` (conformance/tools/gate_watch.py) make the run end with a verdict
+`--test-timeout` and `--deadline` (conformance/gate/watch.py) make the run end with a verdict
 whatever hangs: a hung check is an `error` with `"timeout": true`, naming the limit and its group;
 at the deadline the checks not started, and those it cut short, are `notrun` and the verdict says
 `"complete": false`. `--rest VERDICT` runs that verdict's `notrun` checks and writes the two runs
@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from conformance import weights
-from conformance.tools import gate_diff, gate_watch
+from conformance.gate import diff as gate_diff, watch as gate_watch
 from conformance.environment import CPU_WORKERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,6 +92,10 @@ class VerdictCollector:
 
     def pytest_runtest_logreport(self, report):
         self.real_checks_ran += weights.ran_real_check(report)
+        # A figure counts whatever the check's outcome: a failing or timed-out check keeps what it measured.
+        for name, value in getattr(report, "user_properties", ()):
+            if isinstance(name, str) and name.startswith("figure:"):
+                self.figures[f"{check_id(report.nodeid)}::{name.removeprefix('figure:')}"] = dict(value)
         if hasattr(report, "wasxfail"):
             if report.when == "call" or report.skipped:
                 self._set(report.nodeid, "xfailed" if report.skipped else "xpassed", report.wasxfail)
@@ -105,9 +109,6 @@ class VerdictCollector:
             self._set(report.nodeid, report.outcome, _reason(report) if report.failed or report.skipped else "")
         elif report.failed and self.checks.get(check_id(report.nodeid), {}).get("outcome") not in FAILING:
             self._set(report.nodeid, "error", "teardown: " + _reason(report))
-        for name, value in getattr(report, "user_properties", ()):
-            if isinstance(name, str) and name.startswith("figure:"):
-                self.figures[f"{check_id(report.nodeid)}::{name.removeprefix('figure:')}"] = dict(value)
 
 
 def suite_args(platform_name: str, chosen: str = "dummy") -> list[str]:
@@ -156,15 +157,25 @@ def count(checks: dict[str, dict]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def _figure_check(name: str) -> str:
+    """The check a verdict figure belongs to: its name without the last `::figure`."""
+    return name.rsplit("::", 1)[0]
+
+
 def merge(earlier: dict, later: dict) -> dict:
-    """A verdict and the run of its `notrun` checks (and of those asked for `--again`), as one verdict."""
+    """A verdict and the run of its `notrun` checks (and of those asked for `--again`), as one verdict.
+    What the later run ran replaces the earlier outcome and figures of those checks; every other check
+    (failed, errors and timeouts included) keeps its outcome and its figures. Complete when the later
+    run was and no check is left `notrun`."""
     checks = {**earlier["checks"], **later["checks"]}
+    kept = {n: f for n, f in earlier.get("figures", {}).items() if _figure_check(n) not in later["checks"]}
     runs = earlier.get("runs") or [{"seconds": earlier["seconds"], "pytest_exit": earlier["pytest_exit"]}]
-    # The earlier verdict's own keys (its suite's pytest_args, gate_speed's `speed`) stay; this run's
+    # The earlier verdict's own keys (its suite's pytest_args, conformance.gate.speed's `speed`) stay; this run's
     # arguments go with its entry in `runs`.
     return {**earlier, **later, "pytest_args": earlier["pytest_args"],
+            "complete": later.get("complete", True) and not any(r["outcome"] == "notrun" for r in checks.values()),
             "checks": dict(sorted(checks.items())), "counts": count(checks),
-            "figures": dict(sorted({**earlier.get("figures", {}), **later.get("figures", {})}.items())),
+            "figures": dict(sorted({**kept, **later.get("figures", {})}.items())),
             "seconds": earlier["seconds"] + later["seconds"],
             "pytest_exit": max(earlier["pytest_exit"], later["pytest_exit"]),
             "real_weight_checks_run": earlier.get("real_weight_checks_run", 0) + later.get("real_weight_checks_run", 0),
@@ -211,8 +222,12 @@ def run(out: Path, extra: list[str], deadline: float | None = None, test_timeout
     notrun = sorted(c for c, r in earlier["checks"].items() if r["outcome"] == "notrun") if earlier else []
     only = notrun + list(again)
     if earlier is not None and not only:
-        print(f"gate: {rest} has no check left to run (--again PATH runs a file or folder of checks again)",
-              file=sys.stderr)
+        if not earlier.get("complete", True):
+            print(f"gate: {rest} names no check to run: its run ended before the checks were collected; run the "
+                  "gate again without --rest", file=sys.stderr)
+        else:
+            print(f"gate: {rest} has no check left to run (--again PATH runs a file or folder of checks again)",
+                  file=sys.stderr)
         return 2
     platform_name = detect_platform()
     if earlier is not None:
@@ -231,7 +246,7 @@ def run(out: Path, extra: list[str], deadline: float | None = None, test_timeout
         watch_dir.mkdir(parents=True)
         os.environ[gate_watch.DIR_ENV] = str(watch_dir)
         os.environ[gate_watch.TIMEOUT_ENV] = str(test_timeout or "")
-        args[3:3] = ["-p", "conformance.tools.gate_watch"]
+        args[3:3] = ["-p", "conformance.gate.watch"]
     args += only
     start = time.monotonic()
     os.chdir(ROOT)
@@ -284,6 +299,6 @@ def run(out: Path, extra: list[str], deadline: float | None = None, test_timeout
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: python -m conformance.tools.gate_run OUT.json [pytest args...]")
+        sys.exit("usage: python -m conformance.gate.run OUT.json [pytest args...]")
     options, pytest_args = parse_gate_options(sys.argv[2:])
     sys.exit(run(Path(sys.argv[1]).resolve(), pytest_args, **options))

@@ -1,11 +1,11 @@
 """Check that the serving checks catch planted defects (issues #11 and #33).
 
-    python -m conformance.tools.mutate_serving [--baseline] [--list] [INDEX ...]
+    python -m conformance.mutations.serving [--baseline] [--list] [INDEX ...]
 
 Each mutation plants one defect in a copy of the tree and runs the check of
 conformance/serving/test_serving.py or test_server_limits.py meant to catch it, against a server started from that copy (one
 server boot per mutation: about a minute and a half each on a CPU). The mechanics:
-conformance/tools/mutation_run.py. On a CPU the selections run the cpu_default variant; on a GPU
+conformance/mutations/run.py. On a CPU the selections run the cpu_default variant; on a GPU
 machine the gpu_* variants.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from conformance.tools.mutation_run import main, mutations_from_table
+from conformance.mutations.run import Mutation, main, mutations_from_table
 
 PROTOCOL, AUDIO, APP, WAV = ("reference/serve/protocol.py", "reference/serve/audio.py", "reference/serve/app.py",
                              "reference/serve/wav.py")
@@ -81,5 +81,9 @@ MUTATIONS = [
 ]
 
 
+def mutations() -> list[Mutation]:
+    return mutations_from_table(MUTATIONS)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main(mutations_from_table(MUTATIONS), sys.argv[1:], prefix="mutate_serving_"))
+    raise SystemExit(main(mutations(), sys.argv[1:], prefix="mutate_serving_"))

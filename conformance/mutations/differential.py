@@ -1,6 +1,6 @@
 """A planted defect that our oracle and the reference share, against the differential check.
 
-    python -m conformance.tools.mutate_differential --foreign-python .tox/diff-boson/bin/python
+    python -m conformance.mutations.differential --foreign-python .tox/diff-boson/bin/python
 
 The defect: the delay of codebooks 1-7 shifted by one (codebook q lags max(q - 1, 0) steps instead
 of q), in the oracle (conformance/oracles/delay_numpy.py, apply and revert) and in the reference
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from conformance.tools.mutation_run import COPY_IGNORE, ROOT
+from conformance.mutations.run import COPY_IGNORE, ROOT
 
 EDITS = (
     ("conformance/oracles/delay_numpy.py", "            frame = step - q\n",

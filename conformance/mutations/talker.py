@@ -1,6 +1,6 @@
 """Check that the talker and codec tests catch planted defects (a small mutation run).
 
-    python -m conformance.tools.mutate_talker [--baseline] [--list] [INDEX ...]
+    python -m conformance.mutations.talker [--baseline] [--list] [INDEX ...]
 
 Each mutation copies the tree to a temporary directory, plants one defect in reference/ there (a
 textual edit that must match exactly once), runs the smallest test selection that is meant to
@@ -23,15 +23,15 @@ Areas and their catchers:
   conformance/codec/test_codec_golden.py; reference/talker/code_channel.py: tests/test_code_channel.py.
 
 Not collected by pytest (the name does not start with `test_`): one pytest run per mutation, about
-seven minutes on a CPU. The mechanics live in conformance/tools/mutation_run.py. The V2 route's
-mutations need a GPU: conformance/tools/mutate_gpu.py.
+seven minutes on a CPU. The mechanics live in conformance/mutations/run.py. The V2 route's
+mutations need a GPU: conformance/mutations/gpu.py.
 """
 
 from __future__ import annotations
 
 import sys
 
-from conformance.tools.mutation_run import main, mutations_from_table
+from conformance.mutations.run import Mutation, main, mutations_from_table
 
 TS, V1, TM = "reference/talker/step.py", "reference/talker/runner_v1.py", "reference/talker/model.py"
 DP, CODEC, CC = "reference/codec/delay_pattern.py", "reference/codec/model.py", "reference/talker/code_channel.py"
@@ -48,7 +48,7 @@ PREFIX_SHARING = ("conformance/talker/test_prefix_sharing.py", "-k")
 
 def streams(run_id: str, variant: str = "v1") -> tuple[str, ...]:
     """The engine-run check of conformance/cases/talker/engine_runs.yaml with this id, under one
-    runner variant of conformance/talker/test_talker_streams.py (V1 here; conformance/tools/mutate_gpu.py asks
+    runner variant of conformance/talker/test_talker_streams.py (V1 here; conformance/mutations/gpu.py asks
     for the V2 ones)."""
     return ("conformance/talker/test_talker_streams.py", "-k",
             f"test_greedy_streams_equal_oracle_goldens and {run_id} and {variant}")
@@ -56,7 +56,7 @@ def streams(run_id: str, variant: str = "v1") -> tuple[str, ...]:
 
 def tensor_parallel(layout_variant: str) -> tuple[str, ...]:
     """The tensor-parallel streams of conformance/talker/test_talker_parallel.py (V1 on two CPU cores
-    here; conformance/tools/mutate_gpu.py asks for the V2 ones on two GPUs)."""
+    here; conformance/mutations/gpu.py asks for the V2 ones on two GPUs)."""
     return ("conformance/talker/test_talker_parallel.py", "-k",
             f"test_streams_equal_the_single_device_goldens and {layout_variant} and concurrent")
 
@@ -213,5 +213,9 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
 ]
 
 
+def mutations() -> list[Mutation]:
+    return mutations_from_table(MUTATIONS)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main(mutations_from_table(MUTATIONS), sys.argv[1:], prefix="mutate_talker_"))
+    raise SystemExit(main(mutations(), sys.argv[1:], prefix="mutate_talker_"))

@@ -1,10 +1,10 @@
 """Check that the GPU checks catch planted defects in the Model Runner V2 route (needs CUDA).
 
-    python -m conformance.tools.mutate_gpu [--baseline] [--list] [--jobs N] [INDEX ...]
+    python -m conformance.mutations.gpu [--baseline] [--list] [--jobs N] [INDEX ...]
 
 The V2 route (reference/talker/runner_v2.py, and the parts of reference/talker/model.py only CUDA graphs
 exercise) runs nowhere but on a GPU, so its mutations live here rather than in
-conformance/tools/mutate_talker.py (CPU). Each one copies the tree, plants one defect and runs the V2
+conformance/mutations/talker.py (CPU). Each one copies the tree, plants one defect and runs the V2
 selection meant to catch it; RED means caught. The engines of different mutations share the GPU
 (conformance/engines.py fixes their KV cache size), so `--jobs 3` runs three at once.
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import sys
 
-from conformance.tools.mutate_deploy import boot_case
-from conformance.tools.mutate_talker import LOCAL_SHARD_AUDIO_HEAD, LOCAL_SHARD_EDIT, streams, tensor_parallel
-from conformance.tools.mutation_run import main, mutations_from_table
+from conformance.mutations.deploy import boot_case
+from conformance.mutations.talker import LOCAL_SHARD_AUDIO_HEAD, LOCAL_SHARD_EDIT, streams, tensor_parallel
+from conformance.mutations.run import Mutation, main, mutations_from_table
 
 V2, TM = "reference/talker/runner_v2.py", "reference/talker/model.py"
 LA, WK = "reference/deploy/launch.py", "reference/talker/worker.py"
@@ -78,8 +78,13 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
-if __name__ == "__main__":
+def mutations() -> list[Mutation]:
+    """This machine's: the tensor-parallel ones need two GPUs."""
     table = MUTATIONS + (PARALLEL_MUTATIONS if gpu_count() >= 2 else [])
     if gpu_count() < 2:
-        print(f"mutate_gpu: {len(PARALLEL_MUTATIONS)} tensor-parallel mutation(s) left out: they need two GPUs")
-    raise SystemExit(main(mutations_from_table(table), sys.argv[1:], prefix="mutate_gpu_"))
+        print(f"mutations gpu: {len(PARALLEL_MUTATIONS)} tensor-parallel mutation(s) left out: they need two GPUs")
+    return mutations_from_table(table)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(mutations(), sys.argv[1:], prefix="mutate_gpu_"))

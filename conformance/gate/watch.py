@@ -1,4 +1,4 @@
-"""The gate run's watchdog: a verdict is written whatever hangs (conformance/tools/gate_run.py).
+"""The gate run's watchdog: a verdict is written whatever hangs (conformance/gate/run.py).
 
 Two limits, both optional:
 - a per-test limit (`--test-timeout S`): a check that runs longer (setup, call and teardown
@@ -13,7 +13,7 @@ Two limits, both optional:
 - a deadline for the whole run (`--deadline S`): when it comes, the controller writes the verdict
   from what has finished: checks still running (cut short, not hung) and checks not started are
   `notrun`, and the verdict says `"complete": false`. It then kills every process under it and
-  exits. `python -m conformance.tools.gate --rest VERDICT` runs the `notrun` checks and merges.
+  exits. `python -m conformance.gate --rest VERDICT` runs the `notrun` checks and merges.
 
 The watch folder ($GATE_WATCH_DIR) carries, per process, the check it is running and since when,
 and one file per hung check; workers find it through the environment they inherit.

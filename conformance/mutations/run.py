@@ -1,7 +1,7 @@
 """A small mutation runner: does a pytest selection fail when one planted defect is in the tree?
 
-Shared by the per-area mutation modules (conformance/tools/mutate_deploy.py, conformance/tools/mutate_talker.py,
-conformance/tools/mutate_gpu.py).
+Shared by the per-area mutation modules (conformance/mutations/<area>.py); `python -m
+conformance.mutations` runs every area (conformance/mutations/__main__.py).
 A mutation is one textual edit of one file: `old` must occur exactly once in it (else the mutation
 no longer applies: the code moved and the list has to follow). For each mutation the runner copies
 the repository to a temporary directory, applies the edit there, runs `python -m pytest` on the
@@ -147,29 +147,38 @@ _LABELS = {
 }
 
 
-def run_mutations(mutations: Sequence[Mutation], indices: Sequence[int] = (), *, prefix: str = "mutate_",
-                  check_baseline: bool = False, jobs: int = 1) -> int:
-    """Runs the chosen mutations (all when `indices` is empty), `jobs` at a time; 0 when every
-    one is caught."""
+def run_area(mutations: Sequence[Mutation], indices: Sequence[int] = (), *, prefix: str = "mutate_",
+             check_baseline: bool = False, jobs: int = 1) -> tuple[list[str], list[str]]:
+    """Runs the chosen mutations (all when `indices` is empty), `jobs` at a time: (the names caught,
+    the names missed: survived, stale, or not run). Raises ValueError for an unknown index or a
+    baseline that fails."""
     chosen = [(i, m) for i, m in enumerate(mutations) if not indices or i in indices]
     unknown = sorted(set(indices) - set(range(len(mutations))))
     if unknown:
-        print(f"no mutation with index {unknown} (0 .. {len(mutations) - 1})")
-        return 1
+        raise ValueError(f"no mutation with index {unknown} (0 .. {len(mutations) - 1})")
     started = time.monotonic()
     if check_baseline:
         selections = list(dict.fromkeys(m.pytest_args for _, m in chosen))
         if baseline(selections, prefix):
-            print("the unmutated tree fails a selection: the mutation results would prove nothing")
-            return 1
-    problems = []
+            raise ValueError("the unmutated tree fails a selection: the mutation results would prove nothing")
+    caught, problems = [], []
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # each mutation is its own pytest process
         outcomes = pool.map(lambda chosen_one: run_one(chosen_one[1], prefix), chosen)
         for (i, mutation), outcome in zip(chosen, outcomes):
             _report(i, mutation, outcome)
-            if outcome.verdict != "RED":
-                problems.append(mutation.name)
+            (caught if outcome.verdict == "RED" else problems).append(mutation.name)
     print(f"survived or stale: {problems or 'none'} ({len(chosen)} mutations, {time.monotonic() - started:.0f} s)")
+    return caught, problems
+
+
+def run_mutations(mutations: Sequence[Mutation], indices: Sequence[int] = (), *, prefix: str = "mutate_",
+                  check_baseline: bool = False, jobs: int = 1) -> int:
+    """run_area as an exit status: 0 when every chosen mutation is caught."""
+    try:
+        _, problems = run_area(mutations, indices, prefix=prefix, check_baseline=check_baseline, jobs=jobs)
+    except ValueError as error:
+        print(error)
+        return 1
     return 1 if problems else 0
 
 
@@ -184,6 +193,11 @@ def _report(i: int, mutation: Mutation, outcome: Outcome) -> None:
 def main(mutations: Sequence[Mutation], argv: Sequence[str], *, prefix: str) -> int:
     """The command line of a mutation module: `[--baseline] [--list] [--jobs N] [INDEX ...]`."""
     args = list(argv)
+    if "-h" in args or "--help" in args:
+        print("usage: [--baseline] [--list] [--jobs N] [INDEX ...]\n  --baseline  first run every selection on an "
+              "unmutated copy (must pass)\n  --list      the planted defects, by index; nothing runs\n"
+              "  --jobs N    N defects at a time\n  INDEX       only these defects (default: all)")
+        return 0
     jobs = 1
     if "--jobs" in args:
         at = args.index("--jobs")

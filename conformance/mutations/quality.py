@@ -1,6 +1,6 @@
 """Check that the quality checks catch planted defects (a small mutation run).
 
-    python -m conformance.tools.mutate_quality [--baseline] [--list] [INDEX ...]
+    python -m conformance.mutations.quality [--baseline] [--list] [INDEX ...]
 
 The defects of issue #9: the WER normalisation switched off, speaker similarity computed between
 a clip and itself, a floor compared the wrong way, and a scorer model file whose hash differs from
@@ -8,14 +8,14 @@ the pinned one (here the pin moved, which is the same mismatch seen from the oth
 is planted in a copy of the tree and must turn the named selection red: the calibration controls
 of conformance/quality/test_quality.py (about a minute each with Whisper base on a CPU), the unit tests of
 tests/test_quality_units.py, and the dummy-weight negative control (an engine boot, about a minute).
-The mechanics live in conformance/tools/mutation_run.py.
+The mechanics live in conformance/mutations/run.py.
 """
 
 from __future__ import annotations
 
 import sys
 
-from conformance.tools.mutation_run import main, mutations_from_table
+from conformance.mutations.run import Mutation, main, mutations_from_table
 
 WER, SCORERS, FLOORS = "conformance/quality/wer.py", "conformance/quality/scorers.py", "conformance/cases/quality/floors.yaml"
 QUALITY = "conformance/quality/test_quality.py"
@@ -48,5 +48,9 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
 ]
 
 
+def mutations() -> list[Mutation]:
+    return mutations_from_table(MUTATIONS)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main(mutations_from_table(MUTATIONS), sys.argv[1:], prefix="mutate_quality_"))
+    raise SystemExit(main(mutations(), sys.argv[1:], prefix="mutate_quality_"))

