@@ -22,6 +22,9 @@ from conformance.serving import implementations
 
 # CPU engines: a small KV cache unless the caller chose one (vLLM reads it in the worker).
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# ... and OpenMP threads left unbound: vLLM's "auto" pins every engine's threads to the same cores
+# (OMP_PROC_BIND), and the suite runs three engines at a time on two cores (docs/speed.md).
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 # Engine processes are spawned, never forked: a test process that already holds engines (their
 # threads) hung forking the next one on the GPU machine (python warns "use of fork() may lead to
 # deadlocks"). vLLM on a CPU spawns anyway.
