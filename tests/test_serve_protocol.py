@@ -122,7 +122,16 @@ def test_unknown_fields_voice_format_model():
     assert parse(response_format="mp3").response_format == "mp3"
     refused("stream_format", stream_format="chunks")
     refused("model", model="tts-1")
-    refused("speed", speed=2.0)
+
+
+@pytest.mark.parametrize("speed", [0.2499, 4.01, 0, -1, float("nan"), float("inf"), True, "fast", None])
+def test_a_speed_outside_openais_range_is_refused_naming_its_range(speed):
+    assert "from 0.25 to 4" in refused("speed", speed=speed).message
+
+
+@pytest.mark.parametrize("speed", [0.25, 1, 1.0, 2.5, 4])
+def test_a_speed_within_openais_range_is_taken(speed):
+    assert parse(speed=speed).speed == speed
 
 
 def test_ref_audio_must_be_base64_and_under_the_limit():

@@ -27,6 +27,7 @@ from reference.serve.encode import FORMATS, StreamEncoder, encode_whole
 from reference.serve.metrics import ServeMetrics
 from reference.serve.protocol import (DEFAULT_VOICE, Limits, RequestError, SpeechBody, StreamDefault, parse_json,
                                       parse_speech)
+from reference.serve.tempo import Tempo, stretch
 from reference.serve.voices import Voice, decode_ref_audio
 from reference.serve.wav import SAMPLE_RATE, pcm16, wav_file, wav_header
 from reference.speech import SpeechRequest
@@ -146,23 +147,33 @@ class ClosingStreamingResponse(StreamingResponse):
             await self.body_iterator.aclose()
 
 
-async def _pcm(first, chunks, fmt: str):
-    """The audio stream's bytes: the WAV header for wav, the first chunk, then the rest; the
-    compressed formats through their encoder (in a thread: FFmpeg releases the GIL), which gives
-    its last bytes when the stream ends."""
+async def _pcm(first, chunks, fmt: str, speed: float = 1.0):
+    """The audio stream's bytes: the WAV header for wav, the first chunk, then the rest; at another
+    `speed` through Rubber Band's stretcher, the compressed formats through their encoder (both in a
+    thread: they release the GIL), each of which gives its last bytes when the stream ends."""
     if fmt == "wav":
         yield wav_header(None)
+    tempo = Tempo(speed) if speed != 1.0 else None
     encoder = StreamEncoder(fmt) if fmt in FORMATS else None
+
+    async def passed(pcm: bytes, last: bool = False) -> bytes:
+        if tempo is not None:
+            pcm = await asyncio.to_thread(tempo.add, pcm) + (await asyncio.to_thread(tempo.finish) if last else b"")
+        if encoder is not None:
+            encoded = await asyncio.to_thread(encoder.add, pcm) if pcm else b""
+            return encoded + (await asyncio.to_thread(encoder.finish) if last else b"")
+        return pcm
+
     if first is not None:
         async for chunk in _chain(first, chunks):
-            data = pcm16(chunk) if encoder is None else await asyncio.to_thread(encoder.add, pcm16(chunk))
-            if data:
+            if data := await passed(pcm16(chunk)):
                 yield data
-    if encoder is not None:
-        yield await asyncio.to_thread(encoder.finish)
+    if (tempo is not None or encoder is not None) and (data := await passed(b"", last=True)):
+        yield data
 
 
-def _whole_answer(pcm: bytes, fmt: str) -> bytes:
+def _whole_answer(pcm: bytes, fmt: str, speed: float = 1.0) -> bytes:
+    pcm = stretch(pcm, speed)
     if fmt in FORMATS:
         return encode_whole(fmt, pcm)
     return wav_file(pcm) if fmt == "wav" else pcm
@@ -174,22 +185,22 @@ async def _chain(first, chunks):
         yield chunk
 
 
-async def _audio(first, chunks, fmt: str):
+async def _audio(first, chunks, fmt: str, speed: float):
     """Raw audio bytes. A failure after the status line ends the chunked body without its last
     chunk (uvicorn closes the connection), so no client takes it for a finished answer."""
     try:
-        async for data in _pcm(first, chunks, fmt):
+        async for data in _pcm(first, chunks, fmt, speed):
             yield data
     finally:
         await chunks.aclose()
 
 
-async def _sse(first, chunks, fmt: str, usage: Usage):
+async def _sse(first, chunks, fmt: str, speed: float, usage: Usage):
     """OpenAI's speech events: `speech.audio.delta` with base64 audio (the bytes of the audio
     stream, WAV header first for wav), then `speech.audio.done` with the request's `usage`; a
     failure after the status line is an `error` event, and no `speech.audio.done` follows it."""
     try:
-        async for data in _pcm(first, chunks, fmt):
+        async for data in _pcm(first, chunks, fmt, speed):
             yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
         yield _event({"type": "speech.audio.done", "usage": usage.openai()})
     except Exception as exc:
@@ -351,7 +362,7 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
                 ticket = await _unless_client_leaves(request, service.admission.admit())
             if body.stream_format is None:
                 audio = await _unless_client_leaves(request, service.speaker.whole(speech_request, request_id, ticket))
-                answer = await asyncio.to_thread(_whole_answer, pcm16(audio), body.response_format)
+                answer = await asyncio.to_thread(_whole_answer, pcm16(audio), body.response_format, body.speed)
                 metrics.responses.labels("200").inc()
                 return Response(answer, media_type=media, headers={**PCM_HEADERS.get(body.response_format, {}), **chosen})
             chunks = service.speaker.stream(speech_request, request_id, received, ticket, usage)
@@ -368,10 +379,11 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
             raise
         metrics.responses.labels("200").inc()
         if body.stream_format == "sse":
-            return ClosingStreamingResponse(_sse(first, chunks, body.response_format, usage),
+            return ClosingStreamingResponse(_sse(first, chunks, body.response_format, body.speed, usage),
                                             media_type="text/event-stream", sends_waiting=metrics.sends_waiting)
         described = {"X-Sample-Rate": str(SAMPLE_RATE), **PCM_HEADERS.get(body.response_format, {}), **chosen}
-        return ClosingStreamingResponse(_audio(first, chunks, body.response_format), media_type=media, headers=described,
+        return ClosingStreamingResponse(_audio(first, chunks, body.response_format, body.speed), media_type=media,
+                                        headers=described,
                                         sends_waiting=metrics.sends_waiting)
 
     return app

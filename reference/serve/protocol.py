@@ -4,7 +4,7 @@ field at a time so that every error names its field (`RequestError.param`).
 OpenAI's fields: `model` (the served name), `input`, `voice` (a name, or `{"id": NAME}`),
 `response_format` (wav, the default as vllm-omni's; pcm; mp3, opus, aac, flac encoded by FFmpeg
 through PyAV), `stream_format` (audio | sse; absent with `stream`: the server's `StreamDefault`),
-`speed` (1.0 only), `instructions` (empty only). The talker's: `ref_audio` (a WAV file, base64),
+`speed` (0.25 to 4.0, OpenAI's range: reference/serve/tempo.py), `instructions` (empty only). The talker's: `ref_audio` (a WAV file, base64),
 `ref_text`, `stream` (true = stream_format audio, false = one whole response) and the sampling fields of
 reference/deploy/sampling.py (`temperature`, `top_p`, `top_k`, `seed`, `max_tokens` = the length
 limit in codec rows of 40 ms; every other vllm.SamplingParams field only at its neutral value,
@@ -23,6 +23,7 @@ from typing import Any, Mapping
 from reference.deploy.sampling import LOGPROB_FIELDS, NEUTRAL_VALUES, SUPPORTED_FIELDS, SamplingParamsError
 from reference.deploy.sampling import validate_sampling_params
 from reference.deploy.stream_check import StreamCheck
+from reference.serve.tempo import SPEED_RANGE
 
 RESPONSE_FORMATS = ("wav", "pcm", "mp3", "opus", "aac", "flac")  # OpenAI's six (reference/serve/encode.py)
 STREAM_FORMATS = ("audio", "sse")
@@ -92,6 +93,7 @@ class SpeechBody:
     ref_audio: bytes | None  # a WAV file sent in the request
     ref_text: str | None
     sampling: dict[str, Any]  # the request's own sampling fields, checked (defaults not merged)
+    speed: float = 1.0  # the answer played this much faster, at the same pitch (reference/serve/tempo.py)
 
 
 def parse_json(raw: bytes) -> dict:
@@ -194,8 +196,10 @@ def parse_speech(body: Mapping, *, model_name: str, voices, runner: str, limits:
     response_format = _choice(body, "response_format", "wav", RESPONSE_FORMATS)
     stream_format, applied = _stream_format(body, stream_default)
     speed = body.get("speed", 1.0)
-    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or speed != 1.0:
-        raise RequestError(400, "speed", f"'speed' {speed!r} is not supported: the talker speaks at 1.0 only")
+    low, high = SPEED_RANGE
+    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not low <= speed <= high:
+        raise RequestError(400, "speed", f"'speed' must be a number from {low:g} to {high:g} (1.0: as the talker "
+                                         f"speaks), got {speed!r}")
     if _string(body, "instructions"):
         raise RequestError(400, "instructions", "'instructions' is not supported by the Higgs talker; remove it")
     ref_audio = _ref_audio(body, limits)
@@ -205,4 +209,4 @@ def parse_speech(body: Mapping, *, model_name: str, voices, runner: str, limits:
     if ref_text is not None and ref_audio is None and voice == DEFAULT_VOICE:
         raise RequestError(400, "ref_text", "'ref_text' without a reference voice ('ref_audio' or a named voice)")
     return SpeechBody(text, voice, response_format, stream_format, applied, ref_audio, ref_text,
-                      _sampling(body, runner))
+                      _sampling(body, runner), float(speed))
