@@ -63,8 +63,8 @@ MUTATIONS = [
      "            await super().__call__({**scope, \"asgi\": {**scope.get(\"asgi\", {}), \"spec_version\": \"2.4\"}},\n"
      "                                   receive, counted_send)\n", MID_SEND),
     ("a streamed SSE WAV whose header claims 22050 Hz", APP,
-     "        async for data in _pcm(first, chunks, fmt):\n            yield _event(",
-     "        async for data in _pcm(first, chunks, fmt):\n"
+     "        async for data in _pcm(first, chunks, fmt, speed):\n            yield _event(",
+     "        async for data in _pcm(first, chunks, fmt, speed):\n"
      "            data = wav_header(None, 22050) if data == wav_header(None) else data\n            yield _event(", SSE_WAV),
     ("a streamed answer whose X-Sample-Rate claims 22050", APP,
      "described = {\"X-Sample-Rate\": str(SAMPLE_RATE),", "described = {\"X-Sample-Rate\": \"22050\",",
