@@ -11,7 +11,8 @@ runs the codec on stage 1's device, batching the chunks of all streams up to sta
 max_num_seqs, with the resolved geometry and the connector's max_inflight_chunks per stream.
 That geometry also sets what a request without `stream_format` gets (protocol.StreamDefault):
 streamed audio where it stitches exactly, one whole response where it is lossy.
-`--voices DIR` adds a named voice per DIR/NAME.wav (transcript: NAME.txt).
+`--voices DIR` adds a named voice per DIR/NAME.wav (transcript: NAME.txt); `POST /v1/audio/voices` stores
+uploads there (reference/serve/voices.py), so they are kept across restarts.
 Before serving, what vLLM built is read back and compared with the profile (reference/deploy/readback.py),
 and the code2wav stage decodes a window of each length once (CodecStage.warm), so the first
 request's audio does not wait for the decoder's first use.
@@ -48,7 +49,7 @@ def build_service(args):
     from reference.serve.audio import Speaker
     from reference.serve.metrics import ServeMetrics
     from reference.serve.protocol import Limits, stream_default
-    from reference.serve.voices import load_voices
+    from reference.serve.voices import VoiceStore, load_voices
     from reference.speech import SpeechAPI
     from reference.talker.engine import deployment_engine_kwargs, stage_device, start_async_llm
 
@@ -68,6 +69,7 @@ def build_service(args):
                     stage=CodecStage.from_deployment(deployment, codec))
     metrics = ServeMetrics()
     speaker = Speaker(api=api, metrics=metrics)
+    limits = Limits(max_body_bytes=args.max_body_bytes)
     service = Service(
         speaker=speaker,
         model_name=args.served_model_name or Path(args.model).name,
@@ -77,8 +79,10 @@ def build_service(args):
         default_sampling=dict(deployment.default_sampling_params),
         voices=voices,
         stream_default=stream_default(check_stream(deployment.geometry, codec.cfg)),
-        limits=Limits(max_body_bytes=args.max_body_bytes),
+        limits=limits,
         admission=Admission(ServingLimits.from_deployment(deployment), metrics),
+        store=VoiceStore(voices, Path(args.voices) if args.voices else None, limits.max_ref_audio_bytes,
+                         limits.max_ref_audio_seconds),
     )
     logging.getLogger("higgs_ref.serve").info("without stream_format: %s", service.stream_default.header)
     return service, engine, deployment

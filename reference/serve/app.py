@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
+import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -28,7 +29,7 @@ from reference.serve.metrics import ServeMetrics
 from reference.serve.protocol import (DEFAULT_VOICE, Limits, RequestError, SpeechBody, StreamDefault, parse_json,
                                       parse_speech)
 from reference.serve.tempo import Tempo, stretch
-from reference.serve.voices import Voice, decode_ref_audio
+from reference.serve.voices import Voice, VoiceStore, decode_ref_audio
 from reference.serve.wav import SAMPLE_RATE, pcm16, wav_file, wav_header
 from reference.speech import SpeechRequest
 
@@ -51,7 +52,8 @@ class Service:
     stream_default: StreamDefault  # what a request without stream_format gets (the profile's geometry)
     limits: Limits = field(default_factory=Limits)
     admission: Admission | None = None  # the profile's serving limits (None: every request goes to the engine)
-    _voice_codes: dict = field(default_factory=dict)
+    store: VoiceStore | None = None  # uploads go to its folder (None: the voices are read-only)
+    _voice_codes: dict = field(default_factory=dict)  # digest -> codes
 
     @property
     def api(self):
@@ -61,27 +63,39 @@ class Service:
     def metrics(self) -> ServeMetrics:
         return self.speaker.metrics
 
-    async def _codes(self, body: SpeechBody):
+    async def voice_codes(self, voice: Voice) -> torch.Tensor:
+        """A named voice's codes [8, T]: encoded once per digest, kept in memory and in the store's
+        folder (a restart reads them back instead of encoding again)."""
+        if voice.digest not in self._voice_codes:
+            stored = self.store.stored_codes(voice) if self.store is not None else None
+            if stored is not None:
+                codes = torch.from_numpy(stored)
+            else:
+                probe = SpeechRequest("-", ref_audio=voice.samples, ref_sample_rate=voice.sample_rate)
+                codes = await asyncio.to_thread(self.api.reference_codes, probe)
+                if self.store is not None:
+                    await asyncio.to_thread(self.store.keep_codes, voice, codes.cpu().numpy())
+            self._voice_codes[voice.digest] = codes
+        return self._voice_codes[voice.digest]
+
+    async def _codes(self, body: SpeechBody, voice: Voice | None):
         """The reference's codec codes [8, T], or None for the zero-shot voice."""
         if body.ref_audio is not None:
             samples, rate = decode_ref_audio(body.ref_audio, self.limits.max_ref_audio_seconds)
-        elif body.voice != DEFAULT_VOICE:
-            if body.voice not in self._voice_codes:
-                v = self.voices[body.voice]
-                probe = SpeechRequest("-", ref_audio=v.samples, ref_sample_rate=v.sample_rate)
-                self._voice_codes[body.voice] = await asyncio.to_thread(self.api.reference_codes, probe)
-            return self._voice_codes[body.voice]
-        else:
-            return None
-        return await asyncio.to_thread(self.api.reference_codes, SpeechRequest("-", ref_audio=samples,
-                                                                               ref_sample_rate=rate))
+            return await asyncio.to_thread(self.api.reference_codes, SpeechRequest("-", ref_audio=samples,
+                                                                                   ref_sample_rate=rate))
+        return None if voice is None else await self.voice_codes(voice)
 
     async def speech_request(self, body: SpeechBody) -> tuple[SpeechRequest, int]:
-        """The request for the speech API, and its prompt's length in tokens (OpenAI's usage)."""
-        codes = await self._codes(body)
-        ref_text = body.ref_text
-        if ref_text is None and body.voice != DEFAULT_VOICE:
-            ref_text = self.voices[body.voice].ref_text
+        """The request for the speech API, and its prompt's length in tokens (OpenAI's usage). The
+        named voice is taken once, before any wait: replaced or deleted meanwhile, this request
+        keeps the one it began with."""
+        voice = self.voices.get(body.voice) if body.voice != DEFAULT_VOICE else None
+        if body.voice != DEFAULT_VOICE and voice is None:  # deleted since the body was read
+            raise RequestError(400, "voice", f"unknown voice {body.voice!r}; this server knows "
+                                             f"{', '.join(sorted(self.voices))}")
+        codes = await self._codes(body, voice)
+        ref_text = body.ref_text if body.ref_text is not None or voice is None else voice.ref_text
         sampling = {**self.default_sampling, **body.sampling}
         request = SpeechRequest(body.text, ref_codes=codes, ref_text=ref_text if codes is not None else None,
                                 sampling=sampling)
@@ -327,6 +341,38 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
                                 status_code=503)
         return {"status": "ok", "runner": service.runner, "profile": service.profile,
                 "stream_format_default": service.stream_default.header}
+
+    @app.post("/v1/audio/voices")
+    async def upload_voice(request: Request):
+        """vllm-omni's upload: a multipart form with the WAV `audio_sample`, its `name` and an
+        optional `ref_text`; encoded at once, so no request pays for it."""
+        store = service.store or VoiceStore(service.voices)  # without a folder: refused naming --voices
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > store.max_bytes + (64 << 10):
+            raise RequestError(413, "audio_sample", f"the upload is {declared} bytes, over the limit of "
+                                                    f"{store.max_bytes} bytes for 'audio_sample'")
+        form = await request.form(max_files=1, max_fields=2)
+        unknown = sorted(set(form) - {"audio_sample", "name", "ref_text"})
+        if unknown:
+            raise RequestError(400, unknown[0], f"unknown field {unknown[0]!r}: an upload takes audio_sample (a WAV "
+                                                "file), name and ref_text")
+        audio = form.get("audio_sample")
+        if audio is None or isinstance(audio, str):
+            raise RequestError(400, "audio_sample", "'audio_sample' is required: a WAV file, as a multipart file")
+        data = await audio.read(store.max_bytes + 1)
+        ref_text = form.get("ref_text")
+        voice = await store.upload(form.get("name"), data, ref_text if isinstance(ref_text, str) else None)
+        await service.voice_codes(voice)
+        return {"success": True, "voice": next(v for v in store.listing()["uploaded_voices"] if v["name"] == voice.name)}
+
+    @app.get("/v1/audio/voices")
+    async def list_voices():
+        return (service.store or VoiceStore(service.voices)).listing()
+
+    @app.delete("/v1/audio/voices/{name}")
+    async def delete_voice(name: str):
+        await (service.store or VoiceStore(service.voices)).delete(name)
+        return {"success": True, "message": f"Voice '{name}' deleted"}
 
     @app.get("/v1/models")
     async def models():
