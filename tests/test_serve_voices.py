@@ -133,21 +133,34 @@ def test_a_request_keeps_the_voice_it_began_with_when_it_is_replaced_or_deleted(
     assert "narrator" not in service.voices and not (folder / "narrator.wav").exists()
 
 
-def test_uploads_and_deletes_at_once_lose_nothing_and_leave_one_file_per_voice(tmp_path):
+def test_uploads_deletes_and_requests_at_once_lose_nothing_and_leave_one_file_per_voice(tmp_path):
     folder = tmp_path / "voices"
     folder.mkdir()
     service, client = served(folder)
 
+    service.check_length = lambda request: 0  # the fake API builds no prompt
+
+    async def speak(name):
+        body = type("Body", (), {"voice": name, "ref_audio": None, "ref_text": None, "text": "Hi.", "sampling": {}})()
+        try:
+            request, _ = await Service.speech_request(service, body)
+            return request.ref_codes is not None
+        except RequestError as exc:  # deleted before this request took it: the documented answer
+            assert exc.status == 400 and exc.param == "voice", exc.message
+            return None
+
     async def storm():
         names = [f"v{n}" for n in range(8)]
         await asyncio.gather(*(service.store.upload(n, wav(0.5 + 0.1 * i), None) for i, n in enumerate(names)))
-        await asyncio.gather(*(service.store.upload(n, wav(0.3), None) for n in names[:4]),
-                             *(service.store.delete(n) for n in names[4:]))
-        return names
+        spoken = await asyncio.gather(*(service.store.upload(n, wav(0.3), None) for n in names[:4]),
+                                      *(service.store.delete(n) for n in names[4:]),
+                                      *(speak(n) for n in names for _ in range(3)))
+        return names, spoken[8:]
 
     with client:
-        names = asyncio.run(storm())
+        names, spoken = asyncio.run(storm())
         listing = client.get("/v1/audio/voices").json()
+    assert all(s is not False for s in spoken) and spoken[:12].count(True) == 12  # the replaced voices always speak
     assert listing["voices"] == ["default", *names[:4]]
     assert sorted(p.name for p in folder.glob("*.wav")) == [f"{n}.wav" for n in names[:4]]
     assert not list(folder.glob(".upload-*")), "a temporary file was left behind"
