@@ -16,7 +16,8 @@ Per request: status, time to headers, TTFA (the first audio byte, after a WAV's 
 of an encoded format, `--response-format` mp3, opus, aac or flac, its first bytes), every chunk's
 arrival and audio bytes (48000 a second: 24 kHz mono 16-bit; an encoded chunk's are the samples of
 the packets it completes, decoded by FFmpeg through PyAV once the answer is in), total time, audio
-seconds, stalls (`stalls`: a playback buffer that starts at the first audio byte). A non-200
+seconds, stalls (`stalls`: a playback buffer that starts at the first audio byte). With
+`--upload-voice WAV`: the upload's time, the uploaded voice's first request, then every level in it. A non-200
 answer, a body that breaks off, a timeout or no audio is a failure, never a success. Per level,
 over the ok requests: TTFA p50/p90/p99, mean, min, max; time to headers and total p50/p99; RTF p50;
 stall rate and seconds; audio s/s (first send to last byte); goodput at `--slo-ttfa-ms` (ok, TTFA
@@ -268,6 +269,13 @@ async def run(args, url: str, model: str, results: dict) -> bool:
     async with httpx.AsyncClient(limits=limits, timeout=args.request_timeout, trust_env=False) as client:
         speech = Speech(client, url, body, WAV_HEADER_BYTES if args.response_format == "wav" else 0,
                         args.request_timeout, encoded=args.response_format not in ("pcm", "wav"))
+        if args.upload_voice:
+            results["voice_upload"] = await upload_voice(client, url, args.upload_voice)
+            body["voice"] = results["voice_upload"]["name"]
+            first = await run_level(speech, "closed", 1, 1, args)  # the voice's first use
+            results["voice_first_use"] = {k: v for k, v in first.items() if k != "records"}
+            print(f"voice uploaded in {results['voice_upload']['upload_s']:.2f} s; first use: " + describe(first),
+                  flush=True)
         if args.warmup:
             warmup = await run_level(speech, "closed", 1, args.warmup, args)
             results["warmup"] = {k: v for k, v in warmup.items() if k != "records"}
@@ -279,6 +287,16 @@ async def run(args, url: str, model: str, results: dict) -> bool:
             results["levels"].append(level)
             print(describe(level), flush=True)
     return not any(level["timed_out"] for level in results["levels"])
+
+
+async def upload_voice(client: httpx.AsyncClient, url: str, path: Path) -> dict:
+    """POST /v1/audio/voices (vllm-omni's form: audio_sample, name): the voice the levels then use."""
+    name, began = "bench-voice", time.perf_counter()
+    files = {"audio_sample": (path.name, path.read_bytes(), "audio/wav")}
+    response = await client.post(f"{url}/v1/audio/voices", data={"name": name}, files=files)
+    if response.status_code != 200:
+        raise ServerFailed(f"the voice upload was refused ({response.status_code}): {response.text[:500]}")
+    return {"name": name, "file": str(path), "upload_s": time.perf_counter() - began}
 
 
 class ServerFailed(RuntimeError):
@@ -309,9 +327,10 @@ def started_server(args, out_dir: Path, target: dict):
         target.update(serve_command=args.serve_command)
     else:
         name = args.model or (checkpoint.name if args.checkpoint else f"higgs-{args.size}-no_eoc")
+        (out_dir / "voices").mkdir(exist_ok=True)  # where --upload-voice's voice lands
         cmd = [sys.executable, "-m", "reference.serve", "--profile", args.profile, "--model", str(checkpoint),
                "--platform", args.platform, "--host", "127.0.0.1", "--port", str(port), "--served-model-name", name,
-               *[a for kv in args.sets for a in ("--set", kv)]]
+               "--voices", str(out_dir / "voices"), *[a for kv in args.sets for a in ("--set", kv)]]
         target.update(profile=args.profile, sets=args.sets)
     target.update(size=None if args.checkpoint else args.size, checkpoint=str(checkpoint), platform=args.platform,
                   command=cmd)
@@ -419,6 +438,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rate", nargs="+", type=float, default=[], help="open-loop arrival rates, requests per second")
     p.add_argument("--requests", type=int, help="per level (default: 3c, at least 4; per rate 10 s of arrivals)")
     p.add_argument("--warmup", type=int, default=2, help="requests before the first level, not counted")
+    p.add_argument("--upload-voice", type=Path, metavar="WAV", help="upload this voice first (POST /v1/audio/voices), "
+                   "time its upload and first use, then speak every level with it")
     p.add_argument("--seed", type=int, default=0, help="the Poisson arrivals' seed")
     p.add_argument("--max-tokens", type=int, help=f"rows of 40 ms (default {DEFAULT_MAX_TOKENS} for our server; "
                                                   "none sent with --base-url; 0: none sent)")

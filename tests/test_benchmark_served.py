@@ -149,8 +149,14 @@ async def health(request: Request):
     return JSONResponse({"status": "ok"})
 
 
+async def voices(request: Request):
+    form = await request.form()
+    BODIES.append({"uploaded": form["name"], "bytes": len(await form["audio_sample"].read())})
+    return JSONResponse({"success": True})
+
+
 APP = Starlette(routes=[Route("/v1/audio/speech", speech, methods=["POST"]), Route("/v1/models", models),
-                        Route("/health", health)])
+                        Route("/health", health), Route("/v1/audio/voices", voices, methods=["POST"])])
 
 
 @pytest.fixture(scope="module")
@@ -295,6 +301,18 @@ def test_a_serve_command_is_started_measured_and_stopped(tmp_path):
     assert [(lvl["requests"], lvl["ok"]) for lvl in results["levels"]] == [(4, 4)]
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0, trust_env=False)
+
+
+def test_an_uploaded_voice_is_timed_spoken_once_alone_then_in_every_level(server, plan, tmp_path):
+    voice = tmp_path / "me.wav"
+    voice.write_bytes(b"RIFF" + b"\0" * 100)
+    argv = ["--base-url", server, "--upload-voice", str(voice), "--concurrency", "2", "--requests", "4",
+            "--warmup", "0", "--out-dir", str(tmp_path)]
+    assert served.main(argv) == 0
+    results = json.loads((tmp_path / "served.json").read_text())
+    assert BODIES[0] == {"uploaded": "bench-voice", "bytes": 104} and results["voice_upload"]["upload_s"] > 0
+    assert results["voice_first_use"]["requests"] == 1 and results["voice_first_use"]["ok"] == 1
+    assert [b["voice"] for b in BODIES[1:]] == ["bench-voice"] * 5  # the first use, then the level's four
 
 
 def test_base_url_and_serve_command_exclude_each_other(capsys):
