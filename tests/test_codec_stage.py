@@ -279,12 +279,12 @@ def test_a_source_failure_reaches_the_consumer():
 
 def test_decoding_runs_off_the_event_loop():
     stage = CodecStage(fixture_codec(), 4, 2)
-    real, threads, decoding = stage.decode_windows, [], threading.Event()
+    real, threads, decoding, ticked = stage.decode_windows, [], threading.Event(), threading.Event()
 
-    def slow(windows):
+    def slow(windows):  # holds the decode until the loop has turned three times during it (or 30 s)
         threads.append(threading.current_thread())
         decoding.set()
-        time.sleep(0.5)
+        ticked.wait(timeout=30)
         decoding.clear()
         return real(windows)
 
@@ -298,6 +298,8 @@ def test_decoding_runs_off_the_event_loop():
             while True:
                 await asyncio.sleep(0.01)
                 ticks += decoding.is_set()
+                if ticks >= 3:
+                    ticked.set()
 
         task = asyncio.create_task(ticker())
         stream = stage.open(SMALL)
@@ -306,8 +308,8 @@ def test_decoding_runs_off_the_event_loop():
         task.cancel()
         return ticks
 
-    # A decode on the loop's thread would leave it no turn while decoding; a few turns prove it ran
-    # beside the decode, however loaded the machine (the count is not a speed figure).
+    # A decode on the loop's thread would leave it no turn while decoding (the wait runs out with none);
+    # beside the decode the loop turns however loaded the machine is: the count is not a speed figure.
     assert asyncio.run(run()) >= 3
     assert threads and threads[0] is not threading.main_thread()
 

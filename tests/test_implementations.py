@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conformance import case_files
+from conformance.environment import has_cuda
 from conformance.serving import implementations, results
 from conformance.serving.implementations import GENERIC, REFERENCE, VLLM_OMNI, choose, series
 
@@ -233,6 +234,8 @@ def _judged(server, implementation: str, selection: str, out: Path) -> dict[str,
 @pytest.mark.slow
 @pytest.mark.engine
 @pytest.mark.dummy_weights
+@pytest.mark.skipif(has_cuda(), reason="judges the adapters through our CPU server (cpu_default): the CPU suite runs it; "
+                    "on a CUDA machine test_serving.py's gpu_* variants judge the server")
 def test_the_checks_judge_a_server_at_a_url_through_each_adapter(our_server, tmp_path):
     """Our server at its URL judged three ways: as ours (the full bad-input table, the named voice), as a
     generic OpenAI server (only OpenAI's cases; what needs repeatable answers or metrics not applicable), and
