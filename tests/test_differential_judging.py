@@ -9,7 +9,7 @@ import pytest
 
 from conformance.differential import delay_grids, state_machine
 from conformance.differential.inputs import scenario_logits, scenarios
-from conformance.differential.verdicts import AGREE, CANNOT, NEW, PINNED, judge
+from conformance.differential.verdicts import AGREE, CANNOT, NEW, PINNED, judge, read_pins
 from conformance.oracles import delay_numpy
 
 pytestmark = pytest.mark.cpu
@@ -75,3 +75,153 @@ def test_a_foreign_row_with_boc_on_an_active_codebook_is_named():
     assert state_machine.classify(logits, rows)[0] == "boc_not_masked"
     rows[10][3] = (rows[10][3] + 1) % 1024  # a plain wrong code
     assert state_machine.classify(logits, rows)[0] == "unexplained"
+
+
+# -- the talker streams check (talker_streams.py): a foreign talker's greedy streams against the goldens
+
+def _goldens():
+    from conformance.talker import talker_cases
+
+    return talker_cases.load_goldens()
+
+
+def _as_stream(golden):
+    return {"rows": [list(r) for r in golden["rows"]], "lm_tokens": list(golden["lm_tokens"])}
+
+
+def _never():
+    raise AssertionError("upstream's variant is asked for only when a stream differs")
+
+
+def test_a_golden_stream_equals_itself_without_asking_for_upstreams_variant():
+    from conformance.differential import talker_streams
+
+    golden = _goldens()["streams"]["fox"]
+    difference, detail = talker_streams.classify(golden, _as_stream(golden), _never)
+    assert difference is None
+    assert detail == f"finished: {len(golden['rows'])} rows, {len(golden['lm_tokens'])} LM tokens equal"
+
+
+def test_a_stream_equal_to_upstreams_variant_is_the_ramp_down_and_says_where():
+    from conformance.differential import talker_streams
+
+    golden = _goldens()["streams"]["fox"]
+    eoc = talker_streams.eoc_row(np.asarray(golden["rows"]))
+    theirs = _as_stream(golden)
+    assert theirs["rows"][eoc + 1][:2] == [1025, 1025]  # the training layout: row j after the EOC row, j + 1 EOCs
+    theirs["rows"][eoc + 1][1] = 7  # upstream's max(1, j): codebook 1 one more real code
+    difference, detail = talker_streams.classify(golden, theirs, lambda: theirs)
+    assert difference == "ramp_down_max1"
+    assert f"1 rows differ from row {eoc + 1} (eoc at row {eoc})" in detail
+
+
+def test_another_voices_stream_is_unexplained():
+    """clone_same_text_a and _b share every prompt token id; only the reference rows differ."""
+    from conformance.differential import talker_streams
+
+    streams = _goldens()["streams"]
+    a, b = streams["clone_same_text_a"], streams["clone_same_text_b"]
+    difference, detail = talker_streams.classify(b, _as_stream(a), lambda: _as_stream(b))
+    assert difference == "unexplained" and detail.startswith("cut by max_tokens: ")
+
+
+def test_differing_lm_tokens_are_not_equal():
+    from conformance.differential import talker_streams
+
+    golden = _goldens()["streams"]["hello"]
+    theirs = {**_as_stream(golden), "lm_tokens": golden["lm_tokens"][:-1]}
+    difference, detail = talker_streams.classify(golden, theirs, lambda: _as_stream(golden))
+    assert difference == "unexplained" and detail.endswith("the LM tokens differ")
+
+
+def test_every_golden_is_a_sub_case_and_batched_streams_meet_their_golden():
+    from conformance.differential import talker_streams
+
+    doc = _goldens()
+    goldens = talker_streams.golden_streams(doc)
+    assert len(goldens) == len(doc["streams"]) + sum(len(g) for g in doc["flavours"].values())
+    flavour, prompt_id, hello = goldens["tied_text_head/hello"]
+    assert (flavour, prompt_id) == ("tied_text_head", "hello") and hello == doc["flavours"]["tied_text_head"]["hello"]
+    theirs = {sid: _as_stream(g) for sid, (_, _, g) in goldens.items() if sid != "fox"}
+    theirs["batched/hello"] = _as_stream(doc["streams"]["hello"])
+    theirs["batched/runner"] = _as_stream(doc["streams"]["hello"])  # another prompt's stream
+    theirs["batched/nobody"] = _as_stream(doc["streams"]["hello"])
+    nothing = {"rows": [], "lm_tokens": []}
+    cases = {c.id: c for c in talker_streams.run(doc, theirs, lambda flavour, prompt: nothing).cases}
+    assert cases["fox"].difference == "not_run"
+    assert cases["batched/hello"].equal and cases["batched/runner"].difference == "unexplained"
+    assert cases["batched/nobody"].difference == "no_golden"
+    assert all(cases[sid].equal for sid in goldens if sid != "fox")
+
+
+def test_the_cpu_columns_ramp_down_is_pinned_for_it_alone():
+    pins = read_pins()
+    recorded = {"check": "talker_streams", "tolerance": "t", "cannot_run": None,
+                "cases": [{"id": "fox", "equal": False, "difference": "ramp_down_max1", "detail": ""}]}
+    assert judge("vllm-omni-cpu", recorded, pins)[0] == PINNED
+    assert judge("vllm-omni", recorded, pins)[0] == NEW
+
+
+# -- upstream's code2wav on the CPU (upstream_cpu_codec.py): how its two refusals are named
+
+def test_the_codec_refusals_are_named_from_their_errors():
+    from conformance.differential import upstream_cpu_codec as codec
+
+    width = RuntimeError("Error(s) in loading state_dict for DacDecoder: size mismatch for conv1.weight: copying a "
+                         "param with shape torch.Size([64, 256, 7]) from checkpoint, the shape in current model is "
+                         "torch.Size([1024, 256, 7]).")
+    assert codec.classify_load_error(width)[0] == "fixed_decoder_width"
+    assert codec.classify_load_error(KeyError("fc2.weight"))[0] == "unexplained"
+    assert codec.classify_load_error(None)[0] is None
+    cuda = RuntimeError("Tried to instantiate dummy base class _cuda_isCurrentStreamCapturing")
+    assert codec.classify_decode_error(cuda)[0] == "cuda_query"
+    assert codec.classify_decode_error(ValueError("audio_codes out of range"))[0] == "unexplained"
+    assert codec.classify_decode_error(None)[0] is None
+
+
+def test_the_width_adaptation_changes_only_the_decoder_width_and_is_undone():
+    import types
+
+    from conformance.differential import upstream_cpu_codec as codec
+
+    seen = []
+    module = types.SimpleNamespace(build_higgs_audio_acoustic_decoder=lambda cfg, device: seen.append((cfg, device)))
+    original = module.build_higgs_audio_acoustic_decoder
+    written_in = {"acoustic_model_config": {"decoder_hidden_size": 1024, "hidden_size": 256}, "other": 1}
+    with codec.with_decoder_width(module, codec.decoder_width()):
+        module.build_higgs_audio_acoustic_decoder(written_in, "cpu")
+    assert module.build_higgs_audio_acoustic_decoder is original
+    assert seen == [({"acoustic_model_config": {"decoder_hidden_size": 64, "hidden_size": 256}, "other": 1}, "cpu")]
+    assert written_in["acoustic_model_config"]["decoder_hidden_size"] == 1024
+
+
+# -- per-implementation inputs (verdicts.py): a new adapter does not void the others' results
+
+def test_each_implementation_hashes_its_own_inputs(tmp_path):
+    from conformance.differential import verdicts
+
+    assert not any("adapter_vllm_omni_cpu" in p for p in verdicts.input_files("boson"))
+    assert "conformance/differential/adapter_vllm_omni_cpu.py" in verdicts.input_files("vllm-omni-cpu")
+    assert verdicts.inputs_sha256(implementation="vllm-omni") == verdicts.inputs_sha256()
+    assert verdicts.inputs_sha256(implementation="vllm-omni-cpu") != verdicts.inputs_sha256()
+    written = verdicts.write_results("vllm-omni-cpu", {}, [verdicts.Check("codec_decode", cannot_run="why")], tmp_path,
+                                     ran={"what": "x"})
+    doc = verdicts.read_results("vllm-omni-cpu", tmp_path)
+    assert written.name == "vllm-omni-cpu.json" and doc["ran"] == {"what": "x"}
+    assert doc["inputs_sha256"] == verdicts.inputs_sha256(implementation="vllm-omni-cpu")
+    now = {impl: verdicts.inputs_sha256(implementation=impl) for impl in verdicts.IMPLEMENTATIONS}
+    fresh = verdicts.table(tmp_path, pins=[], current_inputs=now)
+    assert "codec_decode x vllm-omni-cpu: cannot run: why" in fresh
+    stale = verdicts.table(tmp_path, pins=[], current_inputs={**now, "vllm-omni-cpu": "other"})
+    assert any(line.startswith("codec_decode x vllm-omni-cpu: cannot run: stale results") for line in stale)
+
+
+def test_the_pins_schema_names_every_implementation_and_check():
+    import json
+
+    from conformance.differential import verdicts
+
+    schema = json.loads((verdicts.ROOT / "conformance" / "schemas" / "differential" / "pinned.json").read_text())
+    fields = schema["properties"]["pinned"]["items"]["properties"]
+    assert fields["implementation"]["enum"] == list(verdicts.IMPLEMENTATIONS)
+    assert fields["check"]["enum"] == list(verdicts.CHECKS)

@@ -27,7 +27,7 @@ def test_recorded_results_are_current(implementation):
     doc = read_results(implementation)
     command = f"tox -e {IMPLEMENTATIONS[implementation]}"
     assert doc is not None, f"no golden/differential/{implementation}.json: run `{command}`"
-    assert doc["inputs_sha256"] == inputs_sha256(), (
+    assert doc["inputs_sha256"] == inputs_sha256(implementation=implementation), (
         f"golden/differential/{implementation}.json was recorded for other goldens or oracles: run `{command}`")
 
 
@@ -44,10 +44,10 @@ def test_no_new_difference(record_property):
 
 
 def test_every_golden_confirmed_by_a_foreign_implementation():
-    """The codec goldens, the delay pattern and the state machine: each agrees with, or differs as
-    pinned from, at least one implementation nobody here wrote."""
+    """The codec goldens, the delay pattern, the state machine and the talker goldens: each agrees
+    with, or differs as pinned from, at least one implementation nobody here wrote."""
     pins = read_pins()
-    for check in ("codec_decode", "delay_pattern", "state_machine"):
+    for check in ("codec_decode", "delay_pattern", "state_machine", "talker_streams"):
         statuses = {impl: judge(impl, c, pins)[0] for impl in IMPLEMENTATIONS
                     if (doc := read_results(impl)) for c in doc["checks"] if c["check"] == check}
         assert any(s not in (CANNOT, NEW) for s in statuses.values()), f"{check}: no foreign confirmation: {statuses}"

@@ -40,12 +40,14 @@ IMPLEMENTATIONS = {
     "boson": "diff-boson",
     "transformers": "diff-transformers",
     "vllm-omni": "diff-vllm-omni",
+    "vllm-omni-cpu": "upstream-cpu",
 }
-CHECKS = ("delay_pattern", "state_machine", "codec_decode", "encoder_codes", "talker2code2wav")
+CHECKS = ("delay_pattern", "state_machine", "talker_streams", "codec_decode", "encoder_codes", "talker2code2wav")
 
 # What the recorded results were computed from: our goldens and the oracles that wrote them, the
 # reference modules the checks also run, the dummy weights, the seeded inputs and the adapters
 # themselves. A change to any of them voids the foreign confirmation (judging and reporting do not).
+# Every implementation's results depend on INPUT_FILES, and some on more (EXTRA_INPUT_FILES).
 INPUT_FILES = (
     "conformance/cases/differential/inputs.yaml",
     "conformance/differential/inputs.py",
@@ -53,7 +55,9 @@ INPUT_FILES = (
     "conformance/differential/state_machine.py",
     "conformance/differential/codec_cases.py",
     "conformance/differential/boson_encoder.py",
-    "conformance/differential/adapter_*.py",
+    "conformance/differential/adapter_boson.py",
+    "conformance/differential/adapter_transformers.py",
+    "conformance/differential/adapter_vllm_omni.py",
     "higgs_dummy/codec_weights.py",
     "higgs_dummy/encoder_weights.py",
     "reference/codec/encoder.py",
@@ -66,6 +70,18 @@ INPUT_FILES = (
     "golden/codec/*.json",
     "golden/talker/streams.json",
 )
+EXTRA_INPUT_FILES = {
+    # upstream's talker run on our prompts and dummy checkpoints, named against our oracle
+    "vllm-omni-cpu": (
+        "conformance/differential/adapter_vllm_omni_cpu.py",
+        "conformance/differential/upstream_cpu_*.py",
+        "conformance/differential/talker_streams.py",
+        "conformance/cases/talker/prompts.yaml",
+        "conformance/oracles/talker_torch.py",
+        "reference/talker/prompts.py",
+        "higgs_dummy/checkpoint.py",
+    ),
+}
 
 
 @dataclass
@@ -94,10 +110,16 @@ def _talker_rows(doc: dict[str, Any]) -> dict[str, Any]:
     return {prefix + sid: [s["rows"], s["finished"]] for prefix, streams in groups.items() for sid, s in streams.items()}
 
 
-def inputs_sha256(root: Path = ROOT) -> str:
-    """sha256 over INPUT_FILES (a golden JSON without its `provenance`, which names tool versions)."""
+def input_files(implementation: str | None = None) -> tuple[str, ...]:
+    """The path patterns an implementation's recorded results were computed from."""
+    return INPUT_FILES + EXTRA_INPUT_FILES.get(implementation or "", ())
+
+
+def inputs_sha256(root: Path = ROOT, implementation: str | None = None) -> str:
+    """sha256 over the implementation's input files (a golden JSON without its `provenance`, which
+    names tool versions)."""
     h = hashlib.sha256()
-    for pattern in INPUT_FILES:
+    for pattern in input_files(implementation):
         for path in sorted(root.glob(pattern)):
             data = path.read_bytes()
             if path.suffix == ".json":
@@ -111,7 +133,8 @@ def inputs_sha256(root: Path = ROOT) -> str:
 
 
 def write_results(implementation: str, versions: dict[str, str], checks: list[Check],
-                  results_dir: Path = RESULTS_DIR) -> Path:
+                  results_dir: Path = RESULTS_DIR, ran: dict[str, Any] | None = None) -> Path:
+    """Writes <results_dir>/<implementation>.json; `ran` says what ran, where an adapter has more to say."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"unknown implementation {implementation!r}: one of {sorted(IMPLEMENTATIONS)}")
     doc = {
@@ -119,7 +142,8 @@ def write_results(implementation: str, versions: dict[str, str], checks: list[Ch
         "env": IMPLEMENTATIONS[implementation],
         "command": f"tox -e {IMPLEMENTATIONS[implementation]}",
         "versions": {"python": platform.python_version(), **versions},
-        "inputs_sha256": inputs_sha256(),
+        "inputs_sha256": inputs_sha256(implementation=implementation),
+        **({"ran": ran} if ran else {}),
         "checks": [asdict(c) for c in checks],
     }
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -163,10 +187,12 @@ def judge(implementation: str, check: dict[str, Any], pins: list[dict[str, Any]]
 
 
 def table(results_dir: Path = RESULTS_DIR, pins: list[dict[str, Any]] | None = None,
-          current_inputs: str | None = None) -> list[str]:
-    """The results table as text lines: one row per check, one column per implementation."""
+          current_inputs: dict[str, str] | None = None) -> list[str]:
+    """The results table as text lines: one row per check, one column per implementation;
+    `current_inputs`: implementation -> its inputs' hash now (default: computed)."""
     pins = read_pins() if pins is None else pins
-    current_inputs = inputs_sha256() if current_inputs is None else current_inputs
+    if current_inputs is None:
+        current_inputs = {impl: inputs_sha256(implementation=impl) for impl in IMPLEMENTATIONS}
     recorded = {impl: read_results(impl, results_dir) for impl in IMPLEMENTATIONS}
     lines, notes = [], []
     width = max(len(c) for c in CHECKS)
@@ -176,7 +202,7 @@ def table(results_dir: Path = RESULTS_DIR, pins: list[dict[str, Any]] | None = N
         for impl, doc in recorded.items():
             if doc is None:
                 status, why = CANNOT, f"no results: run `tox -e {IMPLEMENTATIONS[impl]}`"
-            elif doc["inputs_sha256"] != current_inputs:
+            elif doc["inputs_sha256"] != current_inputs[impl]:
                 status, why = CANNOT, f"stale results (goldens or oracles changed): run `tox -e {IMPLEMENTATIONS[impl]}`"
             else:
                 found = [c for c in doc["checks"] if c["check"] == name]

@@ -1,0 +1,113 @@
+"""Upstream's talker in a vLLM engine on the CPU, on one dummy checkpoint: one process per checkpoint.
+
+    python -m conformance.differential.upstream_cpu_talker --flavour greedy --out FILE [--batched] [PROMPT_ID ...]
+
+Boots `vllm.LLM` on the tiny dummy checkpoint of that flavour with upstream's talker class
+(conformance/differential/upstream_cpu_engine.py: vLLM's CPU worker with upstream's model-sampler
+contract), runs the talker golden prompts one request at a time, greedy, `max_tokens` as the goldens
+(conformance/cases/talker/prompts.yaml), and writes per prompt the rows (the 8 codes postprocess
+handed back each step) and the LM tokens. With --batched the same engine then takes every prompt
+in one `generate` (stream ids "batched/<prompt>"): four requests at a time, prefill chunked at 64
+tokens beside other requests' decode steps, so upstream's per-request state (its state pool keyed
+by request id) is exercised. The prompts are ours (reference.speech builds them in upstream's
+layout, docs/upstream.md); a voice clone's delayed reference rows go with the request.
+
+Engine settings: the base engine of conformance/cases/talker/engine_runs.yaml (max_model_len 1024,
+4 sequences, 64 batched tokens), float32 (the goldens' dtype), eager (upstream's deploy files set
+enforce_eager), prefix caching off (upstream's server keys a voice clone's cache by a salt its
+speech adapter adds, tts_adapters/higgs_audio_v3.py:93, which is not run here), and the in-process
+engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0) so the worker is this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # two shared cores: no pinning (conftest.py)
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def prompt_request(api, prompt: dict, max_tokens: int):
+    """Our talker prompt for a golden prompt, and the request's extra_args carrying its reference."""
+    from conformance.differential.upstream_cpu_engine import REFERENCE_KEY
+    from conformance.talker import talker_cases
+
+    talker_prompt = api.prompt(talker_cases.speech_request(prompt, max_tokens))
+    extra = None
+    if talker_prompt.ref_rows:
+        extra = {REFERENCE_KEY: {"rows": [list(r) for r in talker_prompt.ref_rows], "start": talker_prompt.ref_start}}
+    return talker_prompt, extra
+
+
+BATCHED = "batched/"
+
+
+def _request_rows(taken: dict[str, list], request_id: str) -> list:
+    """The rows the worker kept for one output: vLLM names a request "<id>-<suffix>" inside the engine."""
+    found = [rows for rid, rows in taken.items() if rid == request_id or rid.rsplit("-", 1)[0] == request_id]
+    if len(found) != 1:
+        raise RuntimeError(f"request {request_id}: {len(found)} code streams match among {sorted(taken)}")
+    return found[0]
+
+
+def _stream(output, rows: list) -> dict:
+    completion = output.outputs[0]
+    return {"rows": rows, "lm_tokens": list(completion.token_ids), "finish_reason": completion.finish_reason}
+
+
+def run(flavour: str, prompt_ids: list[str], batched: bool = False) -> dict:
+    from vllm import LLM, SamplingParams
+
+    from conformance.differential.upstream_cpu_engine import WORKER_CLS
+    from conformance.talker import talker_cases
+    from higgs_dummy.cache import cached_checkpoint
+    from reference.speech import SpeechAPI
+
+    doc = talker_cases.load_prompts()
+    spec = doc["checkpoint"]
+    checkpoint = cached_checkpoint(spec["size"], spec["seed"], flavour)
+    by_id = {p["id"]: p for p in doc["prompts"]}
+    api = SpeechAPI(engine=None, checkpoint=checkpoint, runner="v1")
+    started = time.monotonic()
+    llm = LLM(model=str(checkpoint), worker_cls=WORKER_CLS, dtype="float32", enforce_eager=True, seed=0,
+              enable_prefix_caching=False, max_model_len=1024, max_num_seqs=4, max_num_batched_tokens=64)
+    boot_s = time.monotonic() - started
+    (model_class,) = llm.collective_rpc("upstream_model_class")
+    requests = []
+    for prompt_id in prompt_ids or list(by_id):
+        talker_prompt, extra = prompt_request(api, by_id[prompt_id], doc["max_tokens"])
+        params = SamplingParams(temperature=0.0, max_tokens=doc["max_tokens"], detokenize=False, extra_args=extra)
+        requests.append((prompt_id, {"prompt_token_ids": list(talker_prompt.token_ids)}, params))
+    streams = {}
+    for prompt_id, prompt, params in requests:
+        (output,) = llm.generate(prompt, params, use_tqdm=False)
+        (taken,) = llm.collective_rpc("upstream_take_rows")
+        streams[prompt_id] = _stream(output, _request_rows(taken, output.request_id))
+    if batched:
+        outputs = llm.generate([r[1] for r in requests], [r[2] for r in requests], use_tqdm=False)
+        (taken,) = llm.collective_rpc("upstream_take_rows")
+        for (prompt_id, _, _), output in zip(requests, outputs):
+            streams[BATCHED + prompt_id] = _stream(output, _request_rows(taken, output.request_id))
+    return {"flavour": flavour, "checkpoint": checkpoint.name, "model_class": model_class,
+            "boot_s": round(boot_s, 1), "run_s": round(time.monotonic() - started - boot_s, 1), "streams": streams}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--flavour", default="greedy")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--batched", action="store_true", help="then every prompt again, in one generate call")
+    parser.add_argument("prompts", nargs="*", help="prompt ids (default: every talker golden prompt)")
+    args = parser.parse_args(argv)
+    args.out.write_text(json.dumps(run(args.flavour, args.prompts, args.batched)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
