@@ -225,3 +225,57 @@ def test_the_pins_schema_names_every_implementation_and_check():
     fields = schema["properties"]["pinned"]["items"]["properties"]
     assert fields["implementation"]["enum"] == list(verdicts.IMPLEMENTATIONS)
     assert fields["check"]["enum"] == list(verdicts.CHECKS)
+
+
+def _refused(where, error):
+    return {"outcome": "refused", "where": where, "error": error}
+
+
+def _completed(rows=16, finish_reason="length"):
+    return {"outcome": "completed", "rows": rows, "finish_reason": finish_reason}
+
+
+def test_a_refusal_naming_the_field_is_equal_and_an_acceptance_is_named_per_probe():
+    from conformance.differential import engine_checks
+
+    assert engine_checks.judge_probe("top_p_zero", _refused("SamplingParams", "top_p must be in (0, 1], got 0.0")) == (
+        None, "refused in SamplingParams: top_p must be in (0, 1], got 0.0")
+    assert engine_checks.judge_probe("top_k_negative", _refused("generate", "bad value"))[0] == "refused_unnamed"
+    difference, detail = engine_checks.judge_probe("top_k_above_vocab", _completed(16, "length"))
+    assert difference == "accepts_top_k_above_vocab" and "16 rows" in detail and "length" in detail
+
+
+def test_the_length_probes_expect_a_refusal_past_the_model_length_and_a_completion_within():
+    from conformance.differential import engine_checks
+
+    assert engine_checks.judge_probe("prompt_near_model_len", _completed(8))[0] is None
+    assert engine_checks.judge_probe("prompt_near_model_len", _refused("generate", "too long"))[0] == (
+        "refuses_prompt_near_model_len")
+    refused = _refused("generate", "longer than max_model_len")
+    assert engine_checks.judge_probe("prompt_past_model_len", refused)[0] is None
+    assert engine_checks.judge_probe("prompt_past_model_len", _completed(3))[0] == "accepts_prompt_past_model_len"
+
+
+def test_every_probe_is_a_sub_case_and_a_missing_one_is_not_run():
+    from conformance.differential import engine_checks
+
+    check = engine_checks.validation_check({"temperature_negative": _refused("SamplingParams", "temperature < 0")})
+    by_id = {c.id: c for c in check.cases}
+    assert set(by_id) == {*engine_checks.SAMPLING_PROBES, *engine_checks.LENGTH_PROBES}
+    assert by_id["temperature_negative"].equal
+    assert by_id["seed_past_int64"].difference == "not_run"
+
+
+def test_seeded_sampling_equal_runs_agree_and_a_repeated_other_seed_or_an_engine_error_is_named():
+    from conformance.differential import engine_checks
+
+    rows = [[1] * 8, [2] * 8]
+    same = {"alone": rows, "again": rows, "batched": rows, engine_checks.CHUNKED_SEEDED: rows,
+            "other_seed": [[3] * 8]}
+    assert all(c.equal for c in engine_checks.seeded_check(same).cases)
+    broken = {**same, "batched": [[1] * 8], "other_seed": rows,
+              engine_checks.CHUNKED_SEEDED: {"error": "RuntimeError: CPU Generator does not use offset"}}
+    differences = {c.id: c.difference for c in engine_checks.seeded_check(broken).cases}
+    assert differences == {"same_seed_again": None, "same_seed_batched": "seed_batched_differs",
+                           f"same_seed_{engine_checks.CHUNKED_SEEDED}": "engine_error",
+                           "other_seed_differs": "other_seed_same"}

@@ -12,6 +12,9 @@ section 3). Nothing is stood in for here: upstream's modules import with the rea
 - codec_decode: upstream's `HiggsAudioV3Code2Wav` on every codec golden, with the two things that
   stop it on a CPU with our tiny codec recorded and pinned, then adapted in this process
   (conformance/differential/upstream_cpu_codec.py).
+- request_validation and seeded_sampling: an engine's probes on the "sampling" flavour (out-of-range
+  sampling fields, prompts at max_model_len, one seed alone, again, batched and against another),
+  judged by conformance/differential/engine_checks.py.
 The delay pattern, the state machine on fixed logits and talker2code2wav are the same upstream
 functions as the vllm-omni column's (they need no vLLM): judged there, not again here.
 """
@@ -30,7 +33,7 @@ from typing import Any
 
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
-from conformance.differential import talker_streams  # noqa: E402
+from conformance.differential import engine_checks, talker_streams  # noqa: E402
 from conformance.differential.verdicts import ROOT, Check, write_results  # noqa: E402
 
 IMPLEMENTATION = "vllm-omni-cpu"
@@ -60,6 +63,18 @@ def engine_streams(doc: dict[str, Any]) -> tuple[dict[str, talker_streams.Stream
         theirs.update({prefix + pid: stream for pid, stream in run.pop("streams").items()})
         runs.append(run)
     return theirs, runs
+
+
+def engine_probes() -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the engine-level probes recorded (conformance/differential/engine_checks.py), in an engine
+    process of their own on the "sampling" flavour, and that run's figures."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "probes.json"
+        subprocess.run([sys.executable, "-m", "conformance.differential.upstream_cpu_talker", "--flavour", "sampling",
+                        "--out", str(out), "--engine-checks", "fox", *engine_checks.SEEDED_OTHERS], check=True)
+        run = json.loads(out.read_text())
+    run.pop("streams")
+    return run.pop("engine_checks"), run
 
 
 @functools.cache
@@ -92,6 +107,8 @@ def main() -> int:
     torch.set_num_threads(1)
     doc = json.loads(TALKER_GOLDEN.read_text())
     theirs, runs = engine_streams(doc)
+    probed, probe_run = engine_probes()
+    runs.append(probe_run)
     talker = talker_streams.run(doc, theirs, oracle_upstream_variant)
 
     from conformance.differential.upstream_cpu_codec import codec_check
@@ -102,7 +119,9 @@ def main() -> int:
               Check("state_machine", cannot_run=STATE_IN_THE_ENGINE),
               talker, codec,
               Check("encoder_codes", cannot_run=ENCODES_WITH_TRANSFORMERS),
-              Check("talker2code2wav", cannot_run=IN_THE_VLLM_OMNI_COLUMN)]
+              Check("talker2code2wav", cannot_run=IN_THE_VLLM_OMNI_COLUMN),
+              engine_checks.validation_check(probed["probes"]),
+              engine_checks.seeded_check(probed["seeded"])]
     versions = {name: version(name) for name in ("vllm-omni", "vllm-cpu", "torch", "transformers")}
     ran = {"engines": runs, "codec": "vllm_omni.model_executor.models.higgs_audio_v3.higgs_audio_v3_code2wav."
                                       "HiggsAudioV3Code2Wav (forward on flat codebook-major ids)"}

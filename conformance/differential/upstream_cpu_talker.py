@@ -1,6 +1,7 @@
 """Upstream's talker in a vLLM engine on the CPU, on one dummy checkpoint: one process per checkpoint.
 
-    python -m conformance.differential.upstream_cpu_talker --flavour greedy --out FILE [--batched] [PROMPT_ID ...]
+    python -m conformance.differential.upstream_cpu_talker --flavour greedy --out FILE [--batched] [--engine-checks]
+        [PROMPT_ID ...]
 
 Boots `vllm.LLM` on the tiny dummy checkpoint of that flavour with upstream's talker class
 (conformance/differential/upstream_cpu_engine.py: vLLM's CPU worker with upstream's model-sampler
@@ -9,7 +10,10 @@ contract), runs the talker golden prompts one request at a time, greedy, `max_to
 handed back each step) and the LM tokens. With --batched the same engine then takes every prompt
 in one `generate` (stream ids "batched/<prompt>"): four requests at a time, prefill chunked at 64
 tokens beside other requests' decode steps, so upstream's per-request state (its state pool keyed
-by request id) is exercised. The prompts are ours (reference.speech builds them in upstream's
+by request id) is exercised. With --engine-checks it runs instead the engine-level probes of
+conformance/differential/engine_checks.py (seeded sampling, out-of-range sampling fields, long prompts;
+on the "sampling" flavour, as conformance/cases/talker/seeded.yaml) and writes what each did under
+"engine_checks". The prompts are ours (reference.speech builds them in upstream's
 layout, docs/upstream.md); a voice clone's delayed reference rows go with the request.
 
 Engine settings: the base engine of conformance/cases/talker/engine_runs.yaml (max_model_len 1024,
@@ -61,7 +65,77 @@ def _stream(output, rows: list) -> dict:
     return {"rows": rows, "lm_tokens": list(completion.token_ids), "finish_reason": completion.finish_reason}
 
 
-def run(flavour: str, prompt_ids: list[str], batched: bool = False) -> dict:
+def _rows_of(llm, output) -> list:
+    """The rows kept for `output` (none when upstream handed back no codes), emptying the worker's store."""
+    (taken,) = llm.collective_rpc("upstream_take_rows")
+    found = [rows for rid, rows in taken.items() if output.request_id in (rid, rid.rsplit("-", 1)[0])]
+    return found[0] if found else []
+
+
+def _probe(llm, prompt: dict, overrides: dict) -> dict:
+    """One request with `overrides` on a sampling base: where it is refused, or how it completed."""
+    from vllm import SamplingParams
+
+    base = {"temperature": 1.0, "top_k": -1, "top_p": 1.0, "max_tokens": 16, "detokenize": False}
+    try:
+        params = SamplingParams(**{**base, **overrides})
+    except Exception as exc:  # noqa: BLE001 -- the refusal is the outcome
+        return {"outcome": "refused", "where": "SamplingParams", "error": f"{type(exc).__name__}: {exc}"}
+    try:
+        (output,) = llm.generate(prompt, params, use_tqdm=False)
+    except Exception as exc:  # noqa: BLE001
+        llm.collective_rpc("upstream_take_rows")
+        return {"outcome": "refused", "where": "generate", "error": f"{type(exc).__name__}: {exc}"}
+    return {"outcome": "completed", "rows": len(_rows_of(llm, output)),
+            "finish_reason": output.outputs[0].finish_reason}
+
+
+def engine_checks(llm, requests: dict[str, tuple], max_model_len: int) -> dict:
+    """The engine-level probes of conformance/differential/engine_checks.py on zero-shot prompts: seeded
+    sampling (conformance/cases/talker/seeded.yaml's target and seeds), then the length probes, then the
+    sampling probes, then the seeded request with a chunked prefill (on the CPU it stops the engine)."""
+    from vllm import SamplingParams
+
+    from conformance import case_files
+    from conformance.differential import engine_checks as checks
+
+    case = case_files.load("talker/seeded")
+    target = case["target"]
+    prompt = requests[target["prompt"]][1]
+    others = [requests[pid][1] for pid in checks.SEEDED_OTHERS]
+
+    def seeded(seed: int | None) -> SamplingParams:
+        return SamplingParams(**{**target["sampling"], "seed": seed}, detokenize=False)
+
+    runs = {}
+    for name, seed in (("alone", target["sampling"]["seed"]), ("again", target["sampling"]["seed"]),
+                       ("other_seed", case["other_seed"])):
+        (output,) = llm.generate(prompt, seeded(seed), use_tqdm=False)
+        runs[name] = _rows_of(llm, output)
+    # Batched: the target and a seeded request prefill in the first step (their 62 tokens within the 64
+    # batched tokens), beside an unseeded one whose prefill is chunked.
+    outputs = llm.generate([others[0], prompt, others[1]], [seeded(11), seeded(target["sampling"]["seed"]),
+                                                             seeded(None)], use_tqdm=False)
+    (taken,) = llm.collective_rpc("upstream_take_rows")
+    runs["batched"] = _request_rows(taken, outputs[1].request_id)
+    probes = {}
+    ids = prompt["prompt_token_ids"]
+    for probe_id, (short_by, probe_max_tokens, _) in checks.LENGTH_PROBES.items():
+        long_prompt = {"prompt_token_ids": [ids[i % len(ids)] for i in range(max_model_len - short_by)]}
+        probes[probe_id] = _probe(llm, long_prompt, {"max_tokens": probe_max_tokens})
+    for probe_id, (_, overrides) in checks.SAMPLING_PROBES.items():
+        probes[probe_id] = _probe(llm, prompt, overrides)
+    try:  # the target's prefill chunked behind two seeded requests: last, as on the CPU it stops the engine
+        outputs = llm.generate([*others, prompt], [seeded(12), seeded(13), seeded(target["sampling"]["seed"])],
+                               use_tqdm=False)
+        (taken,) = llm.collective_rpc("upstream_take_rows")
+        runs[checks.CHUNKED_SEEDED] = _request_rows(taken, outputs[-1].request_id)
+    except Exception as exc:  # noqa: BLE001 -- the failure is the outcome
+        runs[checks.CHUNKED_SEEDED] = {"error": f"{type(exc).__name__}: {exc}"}
+    return {"seeded": runs, "probes": probes}
+
+
+def run(flavour: str, prompt_ids: list[str], batched: bool = False, with_engine_checks: bool = False) -> dict:
     from vllm import LLM, SamplingParams
 
     from conformance.differential.upstream_cpu_engine import WORKER_CLS
@@ -85,6 +159,11 @@ def run(flavour: str, prompt_ids: list[str], batched: bool = False) -> dict:
         params = SamplingParams(temperature=0.0, max_tokens=doc["max_tokens"], detokenize=False, extra_args=extra)
         requests.append((prompt_id, {"prompt_token_ids": list(talker_prompt.token_ids)}, params))
     streams = {}
+    if with_engine_checks:
+        checks = engine_checks(llm, {r[0]: r for r in requests}, 1024)
+        return {"flavour": flavour, "checkpoint": checkpoint.name, "model_class": model_class,
+                "boot_s": round(boot_s, 1), "run_s": round(time.monotonic() - started - boot_s, 1),
+                "streams": streams, "engine_checks": checks}
     for prompt_id, prompt, params in requests:
         (output,) = llm.generate(prompt, params, use_tqdm=False)
         (taken,) = llm.collective_rpc("upstream_take_rows")
@@ -104,8 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--batched", action="store_true", help="then every prompt again, in one generate call")
     parser.add_argument("prompts", nargs="*", help="prompt ids (default: every talker golden prompt)")
+    parser.add_argument("--engine-checks", action="store_true",
+                        help="the engine-level probes (differential/engine_checks.py) instead of the streams")
     args = parser.parse_args(argv)
-    args.out.write_text(json.dumps(run(args.flavour, args.prompts, args.batched)))
+    args.out.write_text(json.dumps(run(args.flavour, args.prompts, args.batched, args.engine_checks)))
     return 0
 
 

@@ -42,7 +42,8 @@ IMPLEMENTATIONS = {
     "vllm-omni": "diff-vllm-omni",
     "vllm-omni-cpu": "upstream-cpu",
 }
-CHECKS = ("delay_pattern", "state_machine", "talker_streams", "codec_decode", "encoder_codes", "talker2code2wav")
+CHECKS = ("delay_pattern", "state_machine", "talker_streams", "codec_decode", "encoder_codes", "talker2code2wav",
+          "request_validation", "seeded_sampling")
 
 # What the recorded results were computed from: our goldens and the oracles that wrote them, the
 # reference modules the checks also run, the dummy weights, the seeded inputs and the adapters
@@ -76,7 +77,9 @@ EXTRA_INPUT_FILES = {
         "conformance/differential/adapter_vllm_omni_cpu.py",
         "conformance/differential/upstream_cpu_*.py",
         "conformance/differential/talker_streams.py",
+        "conformance/differential/engine_checks.py",
         "conformance/cases/talker/prompts.yaml",
+        "conformance/cases/talker/seeded.yaml",
         "conformance/oracles/talker_torch.py",
         "reference/talker/prompts.py",
         "higgs_dummy/checkpoint.py",
