@@ -21,7 +21,8 @@ worker below gives vLLM's CPU runner exactly that contract and nothing else:
   back that step's 8 codes (the host staging row) or nothing;
 - `on_requests_finished` when the scheduler drops a request.
 The codes of every request are kept by request id until the adapter collects them
-(`collective_rpc("upstream_take_rows")`).
+(`collective_rpc("upstream_take_rows")`); `upstream_state_pool` lists the request ids upstream's
+talker holds per-request state for (the abort check).
 
 A request's reference travels in `SamplingParams.extra_args[REFERENCE_KEY]` =
 {"rows": [[8 codes] per slot], "start": first slot position}.

@@ -11,7 +11,7 @@ handed back each step) and the LM tokens. With --batched the same engine then ta
 in one `generate` (stream ids "batched/<prompt>"): four requests at a time, prefill chunked at 64
 tokens beside other requests' decode steps, so upstream's per-request state (its state pool keyed
 by request id) is exercised. With --engine-checks it runs instead the engine-level probes of
-conformance/differential/engine_checks.py (seeded sampling, out-of-range sampling fields, long prompts;
+conformance/differential/engine_checks.py (seeded sampling, out-of-range sampling fields, long prompts, abort;
 on the "sampling" flavour, as conformance/cases/talker/seeded.yaml) and writes what each did under
 "engine_checks". The prompts are ours (reference.speech builds them in upstream's
 layout, docs/upstream.md); a voice clone's delayed reference rows go with the request.
