@@ -385,7 +385,9 @@ def test_graph_buckets_and_where_graphs_are_refused():
 
 @pytest.mark.parametrize("geometry, lengths", [
     (SMALL, [12, 18, 24, 26]),  # 2 + 10; then left context 2, 8, 10 (whole) + 6 + 10
-    (StreamGeometry(8, 25, 10, 10), [18, 43, 45]),  # the V2 default's
+    (StreamGeometry(8, 25, 10, 10), [18, 43, 45]),  # the V2 default's frames, upstream's chunking
+    (DEFAULT_GEOMETRY, [18, 26, 36, 45]),  # growing: left context 8, 10, 10 + 8, 16, 25 + 10
+    (StreamGeometry(1, 25, 10, 10, growing_chunks=True), [11, 12, 14, 18, 26, 36, 45]),  # low_latency_v2's
     (StreamGeometry(1, 25, 25, 4), [5, 30, 54]),  # upstream's V1 geometry
 ])
 def test_warm_decodes_each_window_length_a_stream_takes_once(geometry, lengths):

@@ -103,7 +103,7 @@ def test_h200_profile_is_larger_than_default():
 
 def test_low_latency_v2_streams_its_first_frame_after_18_talker_steps_and_stitches_exactly():
     d = resolve_deployment("low_latency_v2", "cuda")
-    assert (d.runner, astuple(d.geometry)) == ("v2", (1, 25, 10, 10))
+    assert (d.runner, astuple(d.geometry)) == ("v2", (1, 25, 10, 10, True))
     assert d.options.window_aligned_first_chunk is False  # the switch's off position: a 1-frame first chunk
     assert d.origins["options.window_aligned_first_chunk"] == "reference/deploy/profiles/low_latency_v2.yaml"
     delay_rows = 7  # frame t needs delay-pattern rows t .. t + 7
@@ -179,6 +179,8 @@ def test_override_is_checked_against_the_schema():
         ({"stages": [{"stage_id": 0, "gpu_memory_utilization": 1.5}]}, "stages.0.gpu_memory_utilization: 1.5 is greater"),
         ({"model_runner": "auto"}, "model_runner: must be one of prefer-v2, v2, v1, got 'auto'"),
         ({"connectors": {"c": {"extra": {"codec_chunk_frames": 0}}}}, "connectors.c.extra.codec_chunk_frames: 0 is less"),
+        ({"connectors": {"c": {"extra": {"codec_growing_chunks": 1}}}},
+         "connectors.c.extra.codec_growing_chunks: must be boolean, got int 1"),
         ({"connectors": {"c": {"transport": "tcp"}}}, "connectors.c.transport: unknown key; known: extra, name"),
         ({"features": {"model_sampler": "yes"}}, "features.model_sampler: must be boolean or null, got str 'yes'"),
         ({"features": {"turbo": True}}, "features.turbo: unknown key; known: device_talker_state, full_decode_cudagraphs"),

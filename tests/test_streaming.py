@@ -113,3 +113,42 @@ def test_misuse_is_an_error():
         decoder.push(codes_of(1))
     with pytest.raises(RuntimeError, match="twice"):
         decoder.finish()
+
+
+def test_growing_chunks_double_up_to_the_chunk_size():
+    g = StreamGeometry(first_chunk_frames=8, chunk_frames=25, left_context_frames=10, right_holdback_frames=10,
+                       growing_chunks=True)
+    assert chunk_log(g, 100) == [(18, 8), (26, 8), (42, 16), (67, 25), (92, 25), (-1, 18)]
+    one = StreamGeometry(first_chunk_frames=1, chunk_frames=25, left_context_frames=10, right_holdback_frames=10,
+                         growing_chunks=True)
+    assert [size for _, size in chunk_log(one, 120)] == [1, 1, 2, 4, 8, 16, 25, 25, 25, 13]
+    assert (g.ramp_frames(), one.ramp_frames(), UPSTREAM_V1.ramp_frames()) == (32, 32, 1)
+    with pytest.raises(ValueError, match="growing_chunks must be a bool, got 1"):
+        StreamGeometry(8, 25, 10, 10, growing_chunks=1)
+
+
+def stalls_at(geometry: StreamGeometry, step_s: float, frames: int = 257) -> list[float]:
+    """The stalls of a player fed by the cutter while the talker makes one frame every `step_s`
+    (decoding and sending taken as instant): benchmarks/served.py's definition of a stall."""
+    from benchmarks.served import stalls
+    from reference.codec.streaming import ChunkCutter
+
+    cutter, chunks = ChunkCutter(geometry, 8), []
+    for t in range(1, frames + 1):
+        cutter.add(torch.zeros(8, 1, dtype=torch.long))
+        chunks += [(t * step_s, w.emit_frames * 2 * HOP) for w in cutter.windows()]
+    return stalls(chunks, bytes_per_s=2 * 24000)
+
+
+def test_growing_chunks_never_stall_while_a_step_takes_at_most_half_a_frame():
+    low_latency_v2 = StreamGeometry(1, 25, 10, 10, growing_chunks=True)
+    for geometry in (DEFAULT_GEOMETRY, low_latency_v2):
+        assert all(stalls_at(geometry, step) == [] for step in (0.0037, 0.010, 0.020))
+    # Upstream's chunking: the 25-frame second chunk comes 25 steps after a 1-frame first one. At the
+    # H200's 3.7 ms a step (1 stream) that is a 53 ms stall; served, low_latency_v2 stalled 55 ms.
+    fixed = StreamGeometry(1, 25, 10, 10)
+    assert stalls_at(fixed, 0.0037) == [pytest.approx(25 * 0.0037 - 0.040)]
+    # Above half real time the doubling outruns the talker: 64 streams starting together on the
+    # H200 (31 ms a step) still stall, less than with a 25-frame second chunk.
+    slow = sum(stalls_at(DEFAULT_GEOMETRY, 0.031))
+    assert 0 < slow < sum(stalls_at(StreamGeometry(8, 25, 10, 10), 0.031))

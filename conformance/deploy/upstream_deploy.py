@@ -35,7 +35,7 @@ from reference.deploy.loader import load_chain, merge_chain
 from reference.deploy.platform_matrix import PLATFORMS, RunnerUnavailable
 from reference.deploy.resolve import ResolvedDeployment, resolve_deployment
 from reference.deploy.sampling import SamplingParamsError
-from reference.deploy.schema import GEOMETRY_KEYS, DeployFileError
+from reference.deploy.schema import GEOMETRY_FRAME_KEYS, DeployFileError
 from reference.deploy.stream_check import check_stream
 
 HIGGS_V3 = (
@@ -160,7 +160,7 @@ def _geometry_of(result: dict, ours) -> str:
         return result["error"].split(":")[0]
     name = getattr(ours, "geometry_connector", None)
     extra = (result["connectors"].get(name) or {}).get("extra") or {}
-    return "/".join(str(extra.get(k, "-")) for k in GEOMETRY_KEYS.values())
+    return "/".join(str(extra.get(k, "-")) for k in GEOMETRY_FRAME_KEYS.values())
 
 
 def loader_rows() -> list[str]:

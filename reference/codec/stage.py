@@ -90,14 +90,14 @@ class CodecStage:
 
     def warm(self) -> list[int]:
         """Decodes one window of each length the geometry's cuts take up to the steady chunks (the
-        first chunk's, then each later one's until its left context is whole), and on CUDA captures
-        their graphs for every batch bucket; the lengths, in frames. Blocking: run it before
-        serving, or in a thread."""
+        first chunk's, the growing ones', then each later one's until its left context is whole),
+        and on CUDA captures their graphs for every batch bucket; the lengths, in frames. Blocking:
+        run it before serving, or in a thread."""
         if self.geometry is None:
             raise ValueError("CodecStage.warm: no geometry; build the stage with CodecStage.from_deployment")
         g, books = self.geometry, self.codec.cfg.num_codebooks
         cutter = ChunkCutter(g, books)
-        steady = g.first_chunk_frames + (2 + math.ceil(g.left_context_frames / g.chunk_frames)) * g.chunk_frames
+        steady = g.ramp_frames() + (2 + math.ceil(g.left_context_frames / g.chunk_frames)) * g.chunk_frames
         cutter.add(torch.zeros(books, steady + g.right_holdback_frames, dtype=torch.long))
         lengths = list(dict.fromkeys(w.codes.shape[1] for w in cutter.windows()))
         for length in lengths:

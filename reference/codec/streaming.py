@@ -1,7 +1,8 @@
 """Streaming code2wav: real codec frames arrive a few at a time; PCM leaves in chunks.
 
 Chunking (a `StreamGeometry`): the first chunk emits `first_chunk_frames`, every later one
-`chunk_frames`. A chunk's decode window is up to `left_context_frames` already-emitted frames, the
+`chunk_frames` (with `growing_chunks`, as many as were emitted before it, up to `chunk_frames`).
+A chunk's decode window is up to `left_context_frames` already-emitted frames, the
 frames to emit, and up to `right_holdback_frames` look-ahead frames; the window's PCM is trimmed by
 (left frames) * 960 samples at the front and (look-ahead frames) * 960 at the end. A chunk is cut
 once its frames and its full look-ahead have arrived; `finish()` cuts the rest with whatever
@@ -51,7 +52,7 @@ class ChunkCutter:
         self.ended = False
 
     def _next_size(self) -> int:
-        return self.geometry.first_chunk_frames if self.emitted == 0 else self.geometry.chunk_frames
+        return self.geometry.chunk_size(self.emitted)
 
     def add(self, frames: torch.Tensor) -> None:
         """frames LongTensor [8, n] (reverted, real)."""

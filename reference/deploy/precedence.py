@@ -2,7 +2,7 @@
 
 Keys are leaf paths of the resolved file: ("model_runner",), ("stages", 0, "max_num_seqs"),
 ("connectors", "talker_to_code2wav", "extra", "codec_left_context_frames"), ("features", name).
-The geometry keys are the four of schema.GEOMETRY_KEYS in the `extra` of the talker's output
+The geometry keys are the five of schema.GEOMETRY_KEYS in the `extra` of the talker's output
 connector (stage 0's output_connectors); without such a connector, ("geometry", field).
 
   1. override            the key is in the overrides (--set)

@@ -209,12 +209,15 @@ def _talker_connector(values: Mapping[Path_, Any], where: str) -> str | None:
 
 
 def _geometry(ctx: Ctx, take, origins: dict[str, str], where: str) -> StreamGeometry:
-    frames: dict[str, int] = {}
+    frames: dict[str, int | bool] = {}
     for path, field_name in ctx.geometry_paths.items():
         value = take(path)
         origin = origins[dotted(path)]
         origins[f"geometry.{field_name}"] = origin
-        if not isinstance(value, int) or isinstance(value, bool) or value < (1 if field_name == "chunk_frames" else 0):
+        if field_name == "growing_chunks":
+            if not isinstance(value, bool):
+                raise DeployFileError(f"{origin}: {dotted(path)}: must be true or false, got {value!r}")
+        elif not isinstance(value, int) or isinstance(value, bool) or value < (1 if field_name == "chunk_frames" else 0):
             floor = 1 if field_name == "chunk_frames" else 0
             raise DeployFileError(f"{origin}: {dotted(path)}: must be an integer >= {floor}, got {value!r}")
         frames[field_name] = value

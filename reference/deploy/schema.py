@@ -58,13 +58,15 @@ RESERVED_STAGE_KEYS = (
     "engine_args",
     "async_chunk",
 )
-# Streaming geometry: StreamGeometry field -> key in connectors.<name>.extra (upstream's names).
-GEOMETRY_KEYS = {
+# Streaming geometry: StreamGeometry field -> key in connectors.<name>.extra: upstream's four frame
+# counts, and ours, whether chunks grow to codec_chunk_frames (upstream's chunks do not).
+GEOMETRY_FRAME_KEYS = {
     "first_chunk_frames": "initial_codec_chunk_frames",
     "chunk_frames": "codec_chunk_frames",
     "left_context_frames": "codec_left_context_frames",
     "right_holdback_frames": "codec_right_holdback_frames",
 }
+GEOMETRY_KEYS = {**GEOMETRY_FRAME_KEYS, "growing_chunks": "codec_growing_chunks"}
 TALKER_STAGE = 0  # engine arguments, sampling defaults
 CODEC_STAGE = 1  # code2wav: the codec batch and device
 # Values used when no file sets the key (origin "default"). model_runner: upstream's default.
