@@ -1,6 +1,6 @@
 """Engine-level checks of upstream's talker in a vLLM engine (`tox -e upstream-cpu`): what it does with a request.
 
-Two checks, each judged here from what the engine process recorded (upstream_cpu_talker.py --engine-checks):
+Three checks, each judged here from what the engine process recorded (upstream_cpu_talker.py --engine-checks):
 - request_validation: a request with a sampling field out of our contract's range (reference/deploy/sampling.py)
   or a prompt at and past max_model_len. Ours refuses each out-of-range field naming it (a 400), and refuses
   a prompt past max_model_len; a prompt that fits with its max_tokens completes. A probe is recorded as
