@@ -84,7 +84,7 @@ def test_batched_streams_stitch_into_the_offline_decode(batch):
 LOW_LATENCY = StreamGeometry(first_chunk_frames=1, chunk_frames=25, left_context_frames=10, right_holdback_frames=10)
 EDGES = {
     "small": (SMALL, [1, 2, 3, 4, 8, 9, 10, 14, 15, 16]),
-    "default": (DEFAULT_GEOMETRY, [3, 7, 8, 9, 10, 33, 34, 35, 58, 59]),
+    "default": (DEFAULT_GEOMETRY, [3, 7, 8, 9, 10, 16, 17, 18, 32, 33, 34, 57, 58, 59]),  # chunks end at 8, 16, 32, 57
     "low_latency": (LOW_LATENCY, [1, 2, 3, 26, 27, 28, 51, 52]),
 }
 

@@ -30,6 +30,8 @@ from conformance.environment import has_cuda
 from conformance.serving.serving_client import ServerProcess, SlowReader, body_for, within
 from conformance.talker import talker_cases
 from higgs_dummy.cache import cached_checkpoint
+from reference.codec.geometry import StreamGeometry
+from reference.deploy.resolve import resolve_deployment
 from reference.serve.metrics import metric
 
 pytestmark = [pytest.mark.dummy_weights, pytest.mark.slow, pytest.mark.engine, pytest.mark.cpu,
@@ -132,17 +134,23 @@ def test_overload_at_four_times_the_slots_loses_nothing(limited):
     print(f"{slots} held, {waiting} waited and were served, {len(refused)} turned away with 503")
 
 
-def _edge_lengths(case) -> list[int]:
-    spec, first = LIMITS["edges"], case["first_chunk_frames"]
-    chunk = 25
-    edges = {first + k * chunk + offset for k in spec["chunks"] for offset in spec["offsets"]}
-    return sorted(edges | ({spec["shorter"]} if 0 < spec["shorter"] < first else set()))
+def _edge_lengths(geometry: StreamGeometry) -> list[int]:
+    """Lengths at the chunk edges `edges.chunks` (0: the first chunk's end) plus each offset, and one
+    shorter than the first chunk: where the chunk edges fall is the geometry's (chunks may grow)."""
+    spec, ends, emitted = LIMITS["edges"], [], 0
+    while len(ends) <= max(spec["chunks"]):
+        emitted += geometry.chunk_size(emitted)
+        ends.append(emitted)
+    edges = {ends[k] + offset for k in spec["chunks"] for offset in spec["offsets"]}
+    return sorted(edges | ({spec["shorter"]} if 0 < spec["shorter"] < ends[0] else set()))
 
 
 def test_streams_at_the_chunk_edges_lose_no_frame(limited):
-    case, _, server = limited
+    case, overrides, server = limited
+    variant = SERVERS[case["variant"]]
+    geometry = resolve_deployment(variant["profile"], variant["platform"], overrides).geometry
     prompt = PROMPTS[LIMITS["edges"]["prompt"]]
-    for frames in _edge_lengths(case):
+    for frames in _edge_lengths(geometry):
         body = body_for(prompt, max_tokens=frames + LEAD_IN_ROWS, response_format="pcm")
         whole, streamed = _pcm(server, body, stream=False), _pcm(server, body, stream=True)
         assert whole.status_code == streamed.status_code == 200
