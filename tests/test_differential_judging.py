@@ -303,3 +303,124 @@ def test_an_abort_that_keeps_the_state_or_changes_the_other_request_is_named():
     assert [c.difference for c in kept_state.cases] == ["state_kept_after_abort", "abort_changes_other_request"]
     late = engine_checks.abort_check({**_abort_run(None, []), "aborted_after_steps": None})
     assert [c.difference for c in late.cases] == ["not_aborted"]
+
+
+# -- the stream-vs-offline check (stream_offline.py, upstream_cpu_stream.py): a stitched stream judged
+
+HOP = 4  # samples per frame of the stand-in decode
+
+
+def _offline(frames=12, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 1024, size=(8, frames)), rng.standard_normal(frames * HOP)
+
+
+def _windows(frames, pcm, cuts, noise=0.0):
+    """cuts: (start, end, left, right) in frames; each window keeps its exact offline samples, plus
+    `noise` on its first kept sample (what a decode short of context does at a window edge)."""
+    from conformance.differential.stream_offline import Window
+
+    windows = []
+    for start, end, left, right in cuts:
+        kept = pcm[(start + left) * HOP:(end - right) * HOP].copy()
+        kept[:1] += noise
+        windows.append(Window(frames[:, start:end], left, right, kept))
+    return windows
+
+
+EXACT_CUTS = [(0, 5, 0, 4), (0, 9, 1, 4), (0, 12, 5, 0)]  # initial 1, then 4 frames, holdback 4, final flush
+BOUND_OF_STREAMING_YAML = (100.0, 1e-5)
+
+
+def _judged(windows, frames, pcm, within_reach=False):
+    from conformance.differential import stream_offline
+
+    result = stream_offline.compare(windows, frames, pcm)
+    return stream_offline.judge_geometry({"s": result}, within_reach, stream_offline.Bound(*BOUND_OF_STREAMING_YAML))
+
+
+def test_an_exact_stitch_is_equal():
+    frames, pcm = _offline()
+    difference, detail = _judged(_windows(frames, pcm, EXACT_CUTS), frames, pcm)
+    assert difference is None, detail
+    assert "every frame kept once in order" in detail and "SNR min inf dB" in detail
+
+
+def test_a_lossy_stitch_is_named_by_whether_the_context_covers_the_reach():
+    frames, pcm = _offline()
+    lossy = _windows(frames, pcm, EXACT_CUTS, noise=0.1)
+    difference, detail = _judged(lossy, frames, pcm)
+    assert difference == "lossy_stitch" and "1/1 streams miss the bound" in detail
+    assert _judged(lossy, frames, pcm, within_reach=True)[0] == "lossy_within_reach"
+
+
+def test_a_frame_lost_or_repeated_at_a_window_edge_is_named():
+    frames, pcm = _offline()
+    short = _windows(frames, pcm, [(0, 5, 0, 4), (0, 9, 1, 4), (0, 12, 5, 1)])  # the last frame trimmed away
+    difference, detail = _judged(short, frames, pcm)
+    assert difference == "frames_differ" and "kept 11 frames, offline 12" in detail
+    repeated = _windows(frames, pcm, [(0, 5, 0, 0), (0, 9, 1, 4), (0, 12, 5, 0)])  # holdback not trimmed
+    assert _judged(repeated, frames, pcm)[0] == "frames_differ"
+
+
+def test_a_stream_of_the_right_frames_but_short_samples_is_named():
+    from conformance.differential.stream_offline import Window
+
+    frames, pcm = _offline()
+    windows = _windows(frames, pcm, EXACT_CUTS)
+    last = windows[-1]
+    windows[-1] = Window(last.frames, last.left, last.right, last.pcm[:-HOP])
+    difference, detail = _judged(windows, frames, pcm)
+    assert difference == "num_samples" and f"stitched {11 * HOP} samples, offline {12 * HOP}" in detail
+
+
+def test_a_window_that_cannot_keep_its_trims_is_refused():
+    from conformance.differential.stream_offline import Window
+
+    frames, pcm = _offline()
+    with pytest.raises(ValueError, match="window of 5 frames cannot keep"):
+        Window(frames[:, :5], 3, 3, pcm[:0]).kept()
+    with pytest.raises(ValueError, match="no stream ran"):
+        from conformance.differential import stream_offline
+
+        stream_offline.judge_geometry({}, False, stream_offline.Bound(*BOUND_OF_STREAMING_YAML))
+
+
+def test_the_context_covers_the_reach_only_on_both_sides():
+    from conformance.differential.stream_offline import covers_reach
+
+    assert covers_reach(10, 10, (10, 10))
+    assert not covers_reach(25, 4, (10, 10))  # upstream's deploy geometry
+    assert not covers_reach(9, 10, (10, 10))
+
+
+def test_only_the_lossy_stitch_of_the_cpu_column_is_pinned():
+    pins = read_pins()
+
+    def stream_check(difference):
+        return {"check": "stream_offline", "tolerance": "t", "cannot_run": None,
+                "cases": [{"id": "higgs_multimodal_qwen3", "equal": False, "difference": difference, "detail": ""}]}
+
+    assert judge("vllm-omni-cpu", stream_check("lossy_stitch"), pins)[0] == PINNED
+    for unpinned in ("lossy_within_reach", "frames_differ", "num_samples"):
+        assert judge("vllm-omni-cpu", stream_check(unpinned), pins)[0] == NEW
+    assert judge("vllm-omni", stream_check("lossy_stitch"), pins)[0] == NEW
+
+
+def test_a_deploy_files_geometry_is_read_from_its_one_connector(tmp_path):
+    from conformance.differential.upstream_cpu_stream import deploy_geometry
+
+    extra = ("    extra:\n      codec_chunk_frames: 25\n      codec_left_context_frames: 25\n"
+             "      codec_right_holdback_frames: 4\n      initial_codec_chunk_frames: 1\n")
+    good = tmp_path / "good.yaml"
+    good.write_text("connectors:\n  shm:\n    name: S\n" + extra + "  other:\n    name: T\n")
+    assert deploy_geometry(good) == {"initial_codec_chunk_frames": 1, "codec_chunk_frames": 25,
+                                     "codec_left_context_frames": 25, "codec_right_holdback_frames": 4}
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("connectors:\n  a:\n" + extra + "  b:\n" + extra)
+    with pytest.raises(ValueError, match="2 connectors carry a codec geometry"):
+        deploy_geometry(twice)
+    lacking = tmp_path / "lacking.yaml"
+    lacking.write_text("connectors:\n  a:\n    extra:\n      codec_chunk_frames: 25\n")
+    with pytest.raises(ValueError, match="lacks"):
+        deploy_geometry(lacking)

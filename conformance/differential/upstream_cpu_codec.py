@@ -126,9 +126,10 @@ class UpstreamCodec:
             model.load_weights(golden_codec_tensors())
         self.model = model
 
-    def _forward(self, frames: np.ndarray) -> np.ndarray:
+    def _forward(self, frames: np.ndarray, meta: dict[str, int] | None = None) -> np.ndarray:
         flat = torch.from_numpy(np.ascontiguousarray(frames, dtype=np.int64)).reshape(-1)  # codebook-major
-        output = self.model(input_ids=flat, positions=None)
+        info = None if meta is None else [{"meta": meta}]  # a streamed window's trims, as stage 1 reads them
+        output = self.model(input_ids=flat, positions=None, runtime_additional_information=info)
         (pcm,) = output.multimodal_outputs["model_outputs"]
         return pcm.numpy()
 
@@ -141,14 +142,15 @@ class UpstreamCodec:
         difference, detail = classify_decode_error(error)
         return SubCase("released_decode_on_cpu_torch", difference is None, difference, detail)
 
-    def decode(self, frames: np.ndarray) -> np.ndarray:
+    def decode(self, frames: np.ndarray, meta: dict[str, int] | None = None) -> np.ndarray:
+        """PCM of frames [8, T]; `meta` (left_context_size, right_holdback_size) has forward trim it."""
         with no_stream_capturing():
-            return self._forward(frames)
+            return self._forward(frames, meta)
 
 
-def codec_check(checkpoint: Path) -> Check:
-    """The codec_decode check: the two released-code sub-cases, then every golden case adapted."""
-    codec = UpstreamCodec(checkpoint)
+def codec_check(codec: UpstreamCodec) -> Check:
+    """The codec_decode check: the two released-code sub-cases, then every golden case adapted
+    (`codec` is left loaded with the adapted class, for the stream check)."""
     released = codec.released_load()
     codec.load_adapted()
     first = codec_cases.codec_cases.expected_frames(codec_cases.cases()[0])  # conformance.codec's

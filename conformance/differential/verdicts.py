@@ -43,7 +43,7 @@ IMPLEMENTATIONS = {
     "vllm-omni-cpu": "upstream-cpu",
 }
 CHECKS = ("delay_pattern", "state_machine", "talker_streams", "codec_decode", "encoder_codes", "talker2code2wav",
-          "request_validation", "seeded_sampling", "abort")
+          "stream_offline", "request_validation", "seeded_sampling", "abort")
 
 # What the recorded results were computed from: our goldens and the oracles that wrote them, the
 # reference modules the checks also run, the dummy weights, the seeded inputs and the adapters
@@ -78,6 +78,9 @@ EXTRA_INPUT_FILES = {
         "conformance/differential/upstream_cpu_*.py",
         "conformance/differential/talker_streams.py",
         "conformance/differential/engine_checks.py",
+        "conformance/differential/stream_offline.py",
+        "conformance/cases/codec/streaming.yaml",
+        "reference/codec/streaming.py",
         "conformance/cases/talker/prompts.yaml",
         "conformance/cases/talker/seeded.yaml",
         "conformance/oracles/talker_torch.py",
