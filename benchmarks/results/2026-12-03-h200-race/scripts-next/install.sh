@@ -1,5 +1,5 @@
-# On the GPU host: reassemble the staged chunks into the bundle's parts, install, split vllm-omni off;
-# the serving checks' extras (librosa, pylibrb) beside; the 4b no_eoc dummy checkpoint written once.
+# On the GPU host: reassemble the staged chunks into the bundle's parts, install, split vllm-omni off; the serving
+# checks' extras (librosa, pylibrb) beside; bytecode compiled; the checkpoint first.sh writes awaited.
 R=$PWD; S=~/stage; mkdir -p $S
 t0=$(date +%s)
 (cd $S && cat ~/chunks/chunk-* | split -b 62914560 -a 2 - part- && cp $R/.gpu/SHA256SUMS $R/.gpu/MANIFEST.json . ) || exit 3
@@ -14,7 +14,7 @@ echo "bytecode compiled: $(( $(date +%s) - t2 )) s"
 export PYTHONPATH=~/vllm-0.30.0:~/extras:$R
 python3 -c "import torch, vllm, flashinfer, librosa, pylibrb, av; print('torch', torch.__version__, 'vllm', vllm.__version__, torch.cuda.is_available())"
 if python3 -c "import torchaudio, torchvision; print('torchaudio', torchaudio.__version__)"; then : > ~/torchaudio_ok; else echo TORCHAUDIO_FAILS; fi
+while kill -0 $(cat ~/ckpt.pid) 2>/dev/null; do sleep 2; done; tail -2 ~/ckpt.log
 t1=$(date +%s)
 python3 -c "from higgs_dummy.cache import cached_checkpoint; print(cached_checkpoint('4b', 0, 'no_eoc'))" | tail -1
-echo "checkpoint: $(( $(date +%s) - t1 )) s"
-nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm,clocks.max.sm,power.draw --format=csv
+echo "checkpoint (if first.sh's failed): $(( $(date +%s) - t1 )) s; all: $(( $(date +%s) - t0 )) s"

@@ -1,0 +1,15 @@
+# On the GPU host: vLLM 0.26.0's bundle (../shared/device, staged as chunks of its tar stream in ~/c) and the
+# serving checks' wheels (.whl: av, pylibrb, librosa and what it needs beyond the host, pytest 9.0.3), then
+# `tox -e gpu` (the engine and serving checks; the mutation run left out for time), logs in $OUT/gpu.
+R=$PWD; t0=$(date +%s)
+[ -d ~/w26/w ] || { mkdir -p ~/w26 && (cd ~/w26 && cat ~/c/chunk-* | tar xf -) && rm -rf ~/c; } || exit 3
+python3 -m pip install -q --no-index --no-deps --no-compile --target $HOME/site ~/w26/w/*.whl $R/.whl/*.whl || exit 4
+echo "install: $(( $(date +%s) - t0 )) s"
+export PYTHONPATH=$HOME/site:$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))') VLLM_WORKER_MULTIPROC_METHOD=spawn
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_ALLREDUCE_USE_SYMM_MEM=0
+python3 -c "import vllm, pytest, av, pylibrb, librosa; print('vllm', vllm.__version__, 'pytest', pytest.__version__, 'av', av.__version__)" || exit 5
+python3 -c 'from higgs_dummy.cache import cached_checkpoint as c; [c("tiny", 0, f) for f in ("greedy", "sampling", "tied_text_head", "untied_audio_head")]'
+mkdir -p $OUT/gpu; t1=$(date +%s)
+timeout -s INT -k 15 $(( 570 - t1 + t0 )) python3 -m tox -e gpu -- -n 4 --dist loadgroup -v -rfEs > $OUT/gpu/tox-gpu.log 2>&1
+echo "tox -e gpu: exit $? after $(( $(date +%s) - t1 )) s" | tee $OUT/gpu/summary.txt
+grep -E "^(FAILED|ERROR)|passed|failed" $OUT/gpu/tox-gpu.log | tail -30
