@@ -305,6 +305,70 @@ def test_an_abort_that_keeps_the_state_or_changes_the_other_request_is_named():
     assert [c.difference for c in late.cases] == ["not_aborted"]
 
 
+def _long(tokens, outcome):
+    return {"prompt_tokens": tokens, **outcome}
+
+
+def test_a_long_input_past_our_limit_that_upstream_completes_is_named_and_a_refusal_on_both_sides_agrees():
+    from conformance.differential import engine_checks
+
+    rows = engine_checks.LONG_INPUT_MAX_TOKENS
+    difference, detail = engine_checks.judge_long_input(_long(1001, {**_completed(rows - 1), "tokens": rows - 1}), 1024)
+    assert difference == "accepts_past_our_limit"
+    assert "ours: a 400 naming input" in detail and "cut by max_model_len (1001 + 23 output tokens)" in detail
+    assert engine_checks.judge_long_input(_long(1024, _refused("generate", "longer than max_model_len")), 1024)[0] is None
+    assert engine_checks.judge_long_input(_long(1000, {**_completed(rows), "tokens": rows}), 1024)[0] is None
+
+
+def test_a_long_input_within_our_limit_that_upstream_refuses_or_cuts_is_named():
+    from conformance.differential import engine_checks
+
+    assert engine_checks.judge_long_input(_long(1000, _refused("generate", "too long")), 1024)[0] == (
+        "refuses_within_our_limit")
+    cut = _long(1000, {**_completed(20), "tokens": 20})
+    assert engine_checks.judge_long_input(cut, 1024)[0] == "cut_within_our_limit"
+    finished = _long(1000, {**_completed(20, "stop"), "tokens": 21})
+    assert engine_checks.judge_long_input(finished, 1024)[0] is None
+
+
+def test_every_long_input_probe_is_a_sub_case_and_a_missing_one_is_not_run():
+    from conformance.differential import engine_checks
+
+    run = {"max_model_len": 1024, "probes": {"text_at_model_len": _long(1024, _refused("generate", "longer"))}}
+    by_id = {c.id: c for c in engine_checks.long_input_check(run).cases}
+    assert set(by_id) == set(engine_checks.LONG_INPUT_PROBES)
+    assert by_id["text_at_model_len"].equal and by_id["text_fills_our_limit"].difference == "not_run"
+
+
+def test_the_long_input_limit_judged_is_our_servers_and_its_refusal_names_the_input():
+    """engine_checks.ours_refuses states our speech server's input limit: held here to Service.check_length on
+    the prompts the engine check sends (upstream_cpu_talker.long_text_prompt)."""
+    from types import SimpleNamespace
+
+    from conformance.differential import engine_checks
+    from conformance.differential.upstream_cpu_talker import long_text_prompt
+    from higgs_dummy.cache import cached_checkpoint
+    from reference.serve.app import Service
+    from reference.serve.protocol import RequestError
+    from reference.speech import SpeechAPI, SpeechRequest
+
+    api = SpeechAPI(engine=None, checkpoint=cached_checkpoint("tiny", 0, "sampling"), runner="v1")
+    service = Service(speaker=SimpleNamespace(api=api), model_name="m", runner="v1", profile="default",
+                      max_model_len=1024, default_sampling={}, voices={}, stream_default=None)
+    budget = engine_checks.LONG_INPUT_MAX_TOKENS
+    for probe_id in engine_checks.LONG_INPUT_PROBES:
+        tokens = engine_checks.long_input_tokens(probe_id, 1024)
+        text, prompt = long_text_prompt(api, tokens)
+        assert len(prompt["prompt_token_ids"]) == tokens
+        request = SpeechRequest(text, sampling={"max_tokens": budget})
+        if engine_checks.ours_refuses(tokens, budget, 1024):
+            with pytest.raises(RequestError) as refused:
+                service.check_length(request)
+            assert (refused.value.status, refused.value.param) == (400, "input"), probe_id
+        else:
+            assert service.check_length(request) == tokens, probe_id
+
+
 # -- the stream-vs-offline check (stream_offline.py, upstream_cpu_stream.py): a stitched stream judged
 
 HOP = 4  # samples per frame of the stand-in decode

