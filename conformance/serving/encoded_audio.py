@@ -14,6 +14,12 @@ Checks, with the case's `formats` entry of conformance/cases/serving/server.yaml
   frame), and its log-mel spectrogram is within `max_mel_db` (mean absolute difference, dB, bins
   under the PCM's loudest - 60 dB counted at that floor) of the PCM's over the whole answer and
   within `max_tail_mel_db` over its last 0.4 s.
+
+The log-mel is librosa's `melspectrogram` with its defaults (periodic Hann, zero-padded centred
+frames, power 2, Slaney mel scale and area norm, fmin 0) computed by transformers' numpy
+`spectrogram` and `mel_filter_bank` (10 ms for 4 s of audio): librosa's numba code compiles on
+first use in each process, 13-20 s on the CPU machine. tests/test_encoded_audio_mel.py holds the two
+within 1e-4 dB.
 """
 
 from __future__ import annotations
@@ -22,9 +28,9 @@ import io
 from dataclasses import dataclass
 
 import av
-import librosa
 import numpy as np
 import soundfile
+from transformers.audio_utils import mel_filter_bank, spectrogram, window_function
 
 RATE = 24000
 MAX_LAG = 4096
@@ -60,11 +66,16 @@ def decode(fmt: str, data: bytes, streamed: bool) -> tuple[np.ndarray, int]:
 
 
 FLOOR_DB = 60.0  # mel bins this far below the reference's loudest count at that floor (inaudible beside it)
+N_FFT, HOP = 960, 240  # 40 ms windows every 10 ms
+WINDOW = window_function(N_FFT, "hann")
+MEL_FILTERS = mel_filter_bank(num_frequency_bins=N_FFT // 2 + 1, num_mel_filters=64, min_frequency=0.0,
+                              max_frequency=8000.0, sampling_rate=RATE, norm="slaney", mel_scale="slaney")
 
 
 def _log_mel(samples: np.ndarray) -> np.ndarray:
-    mel = librosa.feature.melspectrogram(y=samples, sr=RATE, n_fft=960, hop_length=240, n_mels=64, fmax=8000.0)
-    return 10.0 * np.log10(mel + 1e-12)  # [64, frames]: 40 ms windows every 10 ms
+    mel = spectrogram(samples, WINDOW, frame_length=N_FFT, hop_length=HOP, power=2.0, center=True,
+                      pad_mode="constant", mel_filters=MEL_FILTERS, mel_floor=0.0)
+    return 10.0 * np.log10(mel + 1e-12)  # [64, frames]
 
 
 def _mel_difference(aligned: np.ndarray, reference: np.ndarray) -> np.ndarray:
