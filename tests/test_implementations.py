@@ -151,6 +151,36 @@ def test_the_recorder_writes_each_outcome_with_its_reason(tmp_path):
     }
 
 
+def test_the_recorder_keeps_the_checks_a_stopped_run_never_reached(tmp_path):
+    """A run cut short (the GPU call's timeout sends SIGINT) records what ran; the rest is "not run", not missing."""
+    (tmp_path / "test_fake.py").write_text(textwrap.dedent("""
+        import pytest
+
+        def test_ran():
+            pass
+
+        def test_the_run_stops_here():
+            raise KeyboardInterrupt
+
+        def test_never_reached():
+            pass
+    """))
+    script = textwrap.dedent(f"""
+        import json, pytest
+        from conformance.serving.results import Recorder
+        recorder = Recorder("generic")
+        pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", {str(tmp_path)!r}, {str(tmp_path)!r}],
+                    plugins=[recorder])
+        print("RESULT" + json.dumps(recorder.checks))
+    """)
+    run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=PYTHON_ENV, capture_output=True,
+                         text=True, timeout=300)
+    checks = json.loads(run.stdout.split("RESULT")[-1])
+    outcomes = {k.split("::")[1]: v["outcome"] for k, v in checks.items()}
+    assert outcomes == {"test_ran": "pass", "test_the_run_stops_here": "not run", "test_never_reached": "not run"}
+    assert checks[next(k for k in checks if k.endswith("test_never_reached"))]["reason"].startswith("not reached")
+
+
 def _doc(name, checks, ran=True):
     return results.document(name, "http://h:1" if ran else None, checks, ran=ran, command=[],
                             reason=None if ran else "no GPU here")

@@ -52,15 +52,30 @@ def _failure(report) -> str:
     return " ".join(text.split())[:300]
 
 
-class Recorder:
-    """A pytest plugin: each check's outcome and reason, in the order they ran."""
+class Collector:
+    """A pytest plugin for `--collect-only`: each check, "not applicable" where a marker already says why
+    (conftest.py adds the skip), else "not run" with `reason`."""
 
-    def __init__(self, implementation: str):
-        self.implementation = implementation
+    def __init__(self, implementation: str, reason: str):
+        self.implementation, self.reason = implementation, reason
         self.checks: dict[str, dict] = {}
 
     def _set(self, nodeid: str, outcome: str, reason: str) -> None:
         self.checks[check_name(nodeid, self.implementation)] = {"outcome": outcome, "reason": reason}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items):
+        for item in items:
+            skip = item.get_closest_marker("skip")
+            self._set(item.nodeid, *(("not applicable", skip.kwargs["reason"]) if skip else ("not run", self.reason)))
+
+
+class Recorder(Collector):
+    """A pytest plugin: each check's outcome and reason, in the order collected; a check never reached (the run
+    stopped: a timeout, an interrupt, -x) stays "not run" and says so."""
+
+    def __init__(self, implementation: str):
+        super().__init__(implementation, "not reached: the run stopped before this check (timeout or interrupt)")
 
     def pytest_runtest_logreport(self, report):
         if report.skipped and report.when in ("setup", "call"):
@@ -70,22 +85,6 @@ class Recorder:
         elif report.when == "call":
             notes = "; ".join(value for name, value in report.user_properties if name == "note")
             self._set(report.nodeid, "pass", notes)
-
-
-class Collector:
-    """A pytest plugin for `--collect-only`: each check, "not applicable" where a marker already says why
-    (conftest.py adds the skip), else "not run" with `reason`."""
-
-    def __init__(self, implementation: str, reason: str):
-        self.implementation, self.reason = implementation, reason
-        self.checks: dict[str, dict] = {}
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items):
-        for item in items:
-            skip = item.get_closest_marker("skip")
-            outcome, reason = ("not applicable", skip.kwargs["reason"]) if skip else ("not run", self.reason)
-            self.checks[check_name(item.nodeid, self.implementation)] = {"outcome": outcome, "reason": reason}
 
 
 def document(name: str, url: str | None, checks: dict[str, dict], ran: bool, command: list[str],
