@@ -18,6 +18,7 @@ from conformance import case_files
 from conformance.environment import has_cuda
 from conformance.serving import implementations, results
 from conformance.serving.implementations import GENERIC, REFERENCE, VLLM_OMNI, choose, series
+from reference.serve.metrics import metric
 
 pytestmark = pytest.mark.cpu
 
@@ -103,6 +104,39 @@ def test_metrics_are_read_by_name_and_label():
     assert VLLM_OMNI.metrics.server_errors(values) == 1.0
     assert REFERENCE.metrics.aborted(values) == 4.0
     assert series(values, "http_requests_total") == 10.0 and series(values, "absent") == 0.0
+
+
+def test_upstreams_requests_in_flight_are_its_api_servers_not_its_engines_last_snapshot():
+    """After an abort upstream's vllm:* gauges keep the engines' last snapshot (made at most once a second, none
+    while idle: core/sched/omni_scheduler_mixin.py:986-991), as on the H200: running 1, waiting 1, 15 KV blocks.
+    The adapter reads the API server's gauges, republished when the request is cleaned up."""
+    after_abort = {'vllm:num_requests_running{model_name="m",stage="0",replica="0"}': 1.0,
+                   'vllm:num_requests_waiting{model_name="m",stage="1",replica="0"}': 1.0,
+                   'vllm:kv_cache_usage_perc{model_name="m",stage="0",replica="0"}': 0.000439,
+                   'vllm_omni:num_requests_running{model_name="m"}': 0.0,
+                   'vllm_omni:num_requests_waiting{model_name="m"}': 0.0}
+    assert sum(metric(after_abort, name) for name in VLLM_OMNI.metrics.in_flight) == 0
+    assert all(metric(after_abort, name) == 0 for name in VLLM_OMNI.metrics.idle)
+    assert not any(name.startswith("vllm:") for name in VLLM_OMNI.metrics.in_flight + VLLM_OMNI.metrics.idle)
+
+
+def test_a_reference_outside_the_durations_an_implementation_accepts_is_drawn_at_the_nearest_bound():
+    from conformance.serving.serving_client import body_for, wav_bytes
+    from conformance.talker import talker_cases
+
+    clone = {"id": "c", "text": "A voice.", "ref_audio": {"seconds": 0.5, "seed": 5}, "ref_text": "The reference."}
+    assert REFERENCE.fit_ref_audio(clone["ref_audio"]) == {"seconds": 0.5, "seed": 5}  # ours: as before
+    assert VLLM_OMNI.fit_ref_audio(clone["ref_audio"]) == {"seconds": 1.0, "seed": 5}  # upstream: at least 1 s
+    assert VLLM_OMNI.fit_ref_audio({"seconds": 31.0, "seed": 5}) == {"seconds": 30.0, "seed": 5}
+    assert VLLM_OMNI.fit_ref_audio({"seconds": 2.0, "seed": 5}) == {"seconds": 2.0, "seed": 5}
+
+    ours = body_for(clone, REFERENCE, "higgs-tiny")
+    assert base64.b64decode(ours["ref_audio"]) == wav_bytes(talker_cases.reference_audio({"seconds": 0.5, "seed": 5}))
+    upstream = body_for(clone, VLLM_OMNI, "m")
+    wav = base64.b64decode(upstream["ref_audio"].removeprefix("data:audio/wav;base64,"))
+    short = wav_bytes(talker_cases.reference_audio(clone["ref_audio"]))
+    assert len(wav) == 44 + 2 * 24000 and wav[44:44 + len(short) - 44] == short[44:]  # the same noise, drawn longer
+    assert upstream["ref_text"] == "The reference." and upstream["seed"] == 7
 
 
 # --- the results table ----------------------------------------------------------------------------------------
@@ -291,4 +325,5 @@ def test_the_checks_judge_a_server_at_a_url_through_each_adapter(our_server, tmp
     upstream = _judged(our_server, "vllm-omni", "metrics_carry or test_models_list", tmp_path / "upstream")
     assert upstream["test_models_list_the_model_the_requests_name"] == ("pass", "")
     outcome, reason = upstream["test_metrics_carry_the_names_the_implementation_claims"]
-    assert outcome == "fail" and "/metrics lacks vllm_omni:speech_stream_aborted_total" in reason, reason
+    assert outcome == "fail" and "/metrics lacks vllm_omni:num_requests_running, " in reason, reason
+    assert "vllm_omni:speech_stream_aborted_total" in reason and "vllm:num_requests_running" not in reason, reason

@@ -14,10 +14,12 @@ adapter's reason. Nothing is passed silently: a check either judges the server o
 
 An adapter says, per implementation: the model name to send (None: the one `/v1/models` lists), the zero-shot
 voice, the request fields that make an answer repeatable (the stream = whole comparisons need the same audio
-twice), the names of the fields it spells differently, how it takes a reference WAV, the formats it answers
-whole and streamed, the headers it uses to describe audio, where its errors name the field, and its metrics: a
-counter of requests aborted because the client left, the gauges of requests in flight and of what must be idle
-once nothing runs, a gauge of sends waiting on a slow client, the series that count 5xx answers.
+twice), the names of the fields it spells differently, how it takes a reference WAV and the durations it accepts
+(a check's reference outside them is drawn again, from its seed, at the nearest bound: the check is about the
+answer, not the reference's length), the formats it answers whole and streamed, the headers it uses to describe
+audio, where its errors name the field, and its metrics: a counter of requests aborted because the client left, the
+gauges of requests in flight and of what must be idle once nothing runs, a gauge of sends waiting on a slow client,
+the series that count 5xx answers.
 
 The vllm-omni facts are from the 0.30.0 wheel (`pip download --no-deps vllm-omni==0.30.0`), paths inside
 `vllm_omni/`; none of its code is copied here.
@@ -82,6 +84,7 @@ class Implementation:
     repeatable: dict = field(default_factory=dict)  # request fields that make an answer repeatable
     renamed: dict = field(default_factory=dict)  # our field name -> the implementation's
     ref_audio: str = "base64"  # how a reference WAV travels: "base64" (the file's bytes) or "data_uri"
+    ref_audio_seconds: tuple[float, float] = (0.0, float("inf"))  # the reference durations it accepts (lo, hi)
     whole_formats: frozenset = frozenset()
     streamed_formats: frozenset = frozenset()
     described_by: tuple[str, ...] = ("content-type",)  # the headers it describes audio with
@@ -108,6 +111,14 @@ class Implementation:
             return None
         kind = "streamed" if streamed else "whole"
         return f"not applicable to {self.name}: it answers {fmt} {kind} in none of {', '.join(sorted(formats))}"
+
+    def fit_ref_audio(self, spec: dict) -> dict:
+        """A seeded reference (talker_cases.reference_audio's {seconds, seed}) within the durations this
+        implementation accepts: the same spec where it fits, else the same seed's noise at the nearest bound (the
+        longer draw starts with the shorter one's samples)."""
+        lo, hi = self.ref_audio_seconds
+        seconds = min(max(float(spec["seconds"]), lo), hi)
+        return spec if seconds == float(spec["seconds"]) else {**spec, "seconds": seconds}
 
     def encode_ref_audio(self, wav: bytes) -> str:
         data = base64.b64encode(wav).decode()
@@ -155,6 +166,7 @@ REFERENCE = Implementation(
     description="ours: python -m reference.serve (reference/serve/)",
     lacks={},
     repeatable={"temperature": 0.0},
+    ref_audio_seconds=(0.0, 30.0),  # any samples, up to Limits.max_ref_audio_seconds (reference/serve/protocol.py)
     whole_formats=OPENAI_FORMATS,
     streamed_formats=OPENAI_FORMATS,
     described_by=("content-type", "x-sample-rate", "x-channels", "x-bit-depth"),
@@ -187,20 +199,30 @@ VLLM_OMNI = Implementation(
     repeatable={"seed": 7},
     renamed={"max_tokens": "max_new_tokens", "temperature": None},  # protocol/audio.py:154
     ref_audio="data_uri",  # http(s), data: base64 URIs or file: paths (serving_speech.py:1304-1306)
+    # 1 s to 30 s, else 400 "Reference audio too short/long" (serving_speech.py:109-110, checked at 1274-1283).
+    ref_audio_seconds=(1.0, 30.0),
     whole_formats=frozenset({"wav", "pcm", "flac", "mp3", "opus"}),  # protocol/audio.py:83: no aac
     streamed_formats=frozenset({"wav", "pcm"}),  # serving_speech.py:2487-2490, protocol/audio.py:336-341
     error_field_in="param_or_message",  # a ValueError's text becomes the message (serving_speech.py:2322, 2709)
     metrics=Metrics(
-        # vLLM's (its build_app, entrypoints/openai/api_server.py:43) and omni's speech counters; prometheus_client
-        # adds _total to a counter's name (metrics/definitions.py:168, metrics/modality.py:82-90).
+        # vLLM's engine families (relabelled per stage: metrics/stat_logger.py), omni's request gauges
+        # (metrics/prometheus.py:10-19, definitions.py:144-145) and its speech counters; prometheus_client adds _total
+        # to a counter's name (metrics/definitions.py:168, metrics/modality.py:82-90). The speech counters are
+        # labelled (model_name, reason), so until the first stream ends /metrics declares them (# TYPE) with no series.
         names=("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+               "vllm_omni:num_requests_running", "vllm_omni:num_requests_waiting",
                "vllm_omni:speech_stream_aborted_total", "vllm_omni:speech_stream_completed_total"),
         # A client that leaves: "cancelled" (CancelledError) or "closed" (GeneratorExit), serving_speech.py:1763-1767,
         # counted while --disable-log-stats is not given (metrics/modality.py:169-174).
         aborted=lambda v: (series(v, "vllm_omni:speech_stream_aborted_total", reason="cancelled")
                            + series(v, "vllm_omni:speech_stream_aborted_total", reason="closed")),
-        in_flight=("vllm:num_requests_running", "vllm:num_requests_waiting"),
-        idle=("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"),
+        # The requests the API server holds, republished when each one is cleaned up, an abort included
+        # (entrypoints/omni_base.py:414-432, 452-456; async_omni.py:317-335). Not vLLM's vllm:num_requests_* and
+        # vllm:kv_cache_usage_perc: those are each stage scheduler's snapshot, made at most once a second
+        # (core/sched/omni_scheduler_mixin.py:53, 986-991) and only while it steps, so an engine that goes idle
+        # within a second of its last snapshot keeps showing it (docs/implementations.md, the H200 findings).
+        in_flight=("vllm_omni:num_requests_running", "vllm_omni:num_requests_waiting"),
+        idle=("vllm_omni:num_requests_running", "vllm_omni:num_requests_waiting"),
         # vLLM's prometheus-fastapi-instrumentator groups statuses as "5xx" (vllm/entrypoints/serve/instrumentator).
         server_errors=lambda v: series(v, "http_requests_total", status="5xx"),
     ),

@@ -89,10 +89,17 @@ class Server:
     def stop(self) -> None:
         self.client.close()
 
-    def metrics(self) -> dict[str, float]:
+    def metrics_text(self) -> str:
         response = self.client.get("/metrics")
         response.raise_for_status()
-        return parse_metrics(response.text)
+        return response.text
+
+    def metrics(self) -> dict[str, float]:
+        return parse_metrics(self.metrics_text())
+
+    def metric_names(self) -> set[str]:
+        """The metric names /metrics carries: with a series, or declared by a `# TYPE` line (metric_names)."""
+        return metric_names(self.metrics_text())
 
     def value(self, name: str) -> float:
         return metric(self.metrics(), name)
@@ -169,11 +176,28 @@ class ServerProcess(Server):
         self._log.close()
 
 
+def metric_names(text: str) -> set[str]:
+    """The metric names of Prometheus text: each series' name, and each name a `# TYPE NAME KIND` line declares.
+    A labelled family has no series until its first label set is used (prometheus_client writes only its # HELP
+    and # TYPE lines), so a counter of aborts that no client has caused yet is declared, not absent. A counter
+    declared without its _total suffix (OpenMetrics) declares the NAME_total its series carry."""
+    names = {name.split("{", 1)[0] for name in parse_metrics(text)}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[:2] == ["#", "TYPE"]:
+            names.add(parts[2])
+            if parts[3] == "counter" and not parts[2].endswith("_total"):
+                names.add(parts[2] + "_total")
+    return names
+
+
 def body_for(prompt: dict, implementation: Implementation = REFERENCE, model: str | None = None, **extra) -> dict:
-    """A repeatable speech request for a talker prompt (greedy on ours; its reference audio as a WAV), in the
-    implementation's spelling (conformance/serving/implementations.py)."""
+    """A repeatable speech request for a talker prompt (greedy on ours; its reference audio as a WAV, drawn at
+    a duration the implementation accepts: Implementation.fit_ref_audio), in the implementation's spelling
+    (conformance/serving/implementations.py)."""
     voice = extra.get("voice", implementation.voice)
-    ref_wav = wav_bytes(talker_cases.reference_audio(prompt["ref_audio"])) if prompt.get("ref_audio") else None
+    spec = implementation.fit_ref_audio(prompt["ref_audio"]) if prompt.get("ref_audio") else None
+    ref_wav = wav_bytes(talker_cases.reference_audio(spec)) if spec else None
     ref_text = prompt.get("ref_text") if (ref_wav is not None or voice != implementation.voice) else None
     return implementation.body(model or MODEL_NAME, prompt["text"], ref_wav=ref_wav, ref_text=ref_text, **extra)
 
