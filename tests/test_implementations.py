@@ -149,8 +149,24 @@ def test_a_checks_name_drops_the_implementation_parameter():
     assert results.check_name(f"{base}[cpu_default-plain]", "reference") == f"{base}[cpu_default-plain]"
 
 
+def _recorded(tmp_path, fake_tests: str) -> dict:
+    """What the Recorder writes for a file of fake checks, run by pytest in a child process."""
+    (tmp_path / "test_fake.py").write_text(textwrap.dedent(fake_tests))
+    script = textwrap.dedent(f"""
+        import json, pytest
+        from conformance.serving.results import Recorder
+        recorder = Recorder("generic")
+        pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", {str(tmp_path)!r}, {str(tmp_path)!r}],
+                    plugins=[recorder])
+        print("RESULT" + json.dumps(recorder.checks))
+    """)
+    run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=PYTHON_ENV, capture_output=True,
+                         text=True, timeout=300)
+    return json.loads(run.stdout.split("RESULT")[-1])
+
+
 def test_the_recorder_writes_each_outcome_with_its_reason(tmp_path):
-    (tmp_path / "test_fake.py").write_text(textwrap.dedent("""
+    checks = _recorded(tmp_path, """
         import pytest
 
         def test_passes(record_property):
@@ -165,18 +181,7 @@ def test_the_recorder_writes_each_outcome_with_its_reason(tmp_path):
 
         def test_skipped_inside():
             pytest.skip("not applicable to generic: no sse")
-    """))
-    script = textwrap.dedent(f"""
-        import json, pytest
-        from conformance.serving.results import Recorder
-        recorder = Recorder("generic")
-        pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", {str(tmp_path)!r}, {str(tmp_path)!r}],
-                    plugins=[recorder])
-        print("RESULT" + json.dumps(recorder.checks))
     """)
-    run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=PYTHON_ENV, capture_output=True,
-                         text=True, timeout=300)
-    checks = json.loads(run.stdout.split("RESULT")[-1])
     assert {k.split("::")[1]: (v["outcome"], v["reason"]) for k, v in checks.items()} == {
         "test_passes": ("pass", "judged whole only"),
         "test_fails": ("fail", "call: AssertionError: the header claims 22050 Hz assert 1 == 2"),
@@ -187,7 +192,7 @@ def test_the_recorder_writes_each_outcome_with_its_reason(tmp_path):
 
 def test_the_recorder_keeps_the_checks_a_stopped_run_never_reached(tmp_path):
     """A run cut short (the GPU call's timeout sends SIGINT) records what ran; the rest is "not run", not missing."""
-    (tmp_path / "test_fake.py").write_text(textwrap.dedent("""
+    checks = _recorded(tmp_path, """
         import pytest
 
         def test_ran():
@@ -198,18 +203,7 @@ def test_the_recorder_keeps_the_checks_a_stopped_run_never_reached(tmp_path):
 
         def test_never_reached():
             pass
-    """))
-    script = textwrap.dedent(f"""
-        import json, pytest
-        from conformance.serving.results import Recorder
-        recorder = Recorder("generic")
-        pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", {str(tmp_path)!r}, {str(tmp_path)!r}],
-                    plugins=[recorder])
-        print("RESULT" + json.dumps(recorder.checks))
     """)
-    run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=PYTHON_ENV, capture_output=True,
-                         text=True, timeout=300)
-    checks = json.loads(run.stdout.split("RESULT")[-1])
     outcomes = {k.split("::")[1]: v["outcome"] for k, v in checks.items()}
     assert outcomes == {"test_ran": "pass", "test_the_run_stops_here": "not run", "test_never_reached": "not run"}
     assert checks[next(k for k in checks if k.endswith("test_never_reached"))]["reason"].startswith("not reached")
