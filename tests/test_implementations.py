@@ -74,6 +74,19 @@ def test_each_adapter_spells_the_same_request_its_way():
                         "max_new_tokens": 600}  # no temperature field upstream: not sent
 
 
+def test_a_server_at_a_url_gets_the_suites_answer_length_where_the_check_names_none():
+    assert VLLM_OMNI.body("m", "Hi.", default_max_tokens=160)["max_new_tokens"] == 160
+    assert VLLM_OMNI.body("m", "Hi.", max_tokens=600, default_max_tokens=160)["max_new_tokens"] == 600
+    assert "max_tokens" not in REFERENCE.body("m", "Hi.", default_max_tokens=160)  # its server.yaml caps it
+    assert "max_tokens" not in GENERIC.body("m", "Hi.", default_max_tokens=160)  # not an OpenAI field
+
+
+def test_an_implementations_encoder_bound_overrides_the_suites_only_where_it_has_one():
+    suite = {"max_priming": 156, "max_padding": 480, "max_mel_db": 2.0, "max_tail_mel_db": 3.0}
+    assert VLLM_OMNI.format_bound("opus", suite) == {**suite, "max_mel_db": 4.0}
+    assert VLLM_OMNI.format_bound("mp3", suite) == suite and REFERENCE.format_bound("opus", suite) == suite
+
+
 def test_an_error_names_the_field_where_the_adapter_says():
     in_param = {"message": "bad", "param": "voice"}
     in_message = {"message": "Invalid voice 'alloy'. Supported: a, b", "param": None}

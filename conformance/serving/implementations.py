@@ -85,8 +85,13 @@ class Implementation:
     renamed: dict = field(default_factory=dict)  # our field name -> the implementation's
     ref_audio: str = "base64"  # how a reference WAV travels: "base64" (the file's bytes) or "data_uri"
     ref_audio_seconds: tuple[float, float] = (0.0, float("inf"))  # the reference durations it accepts (lo, hi)
+    # Whether requests carry the suite's answer length (max_tokens) where a check names none. The suite's own
+    # servers cap their default (server.yaml); a server at a URL is not the suite's to configure.
+    caps_length: bool = False
     whole_formats: frozenset = frozenset()
     streamed_formats: frozenset = frozenset()
+    # Per format, the bounds of server.yaml's `formats` that its encoder needs otherwise (a lower bitrate).
+    format_bounds: dict = field(default_factory=dict)
     described_by: tuple[str, ...] = ("content-type",)  # the headers it describes audio with
     error_field_in: str = "param"  # where a 4xx names the field: "param" (OpenAI's error.param) or "param_or_message"
     metrics: Metrics | None = None
@@ -112,6 +117,10 @@ class Implementation:
         kind = "streamed" if streamed else "whole"
         return f"not applicable to {self.name}: it answers {fmt} {kind} in none of {', '.join(sorted(formats))}"
 
+    def format_bound(self, fmt: str, bound: dict) -> dict:
+        """The suite's bound for an encoded answer in `fmt`, with this implementation's own where it has one."""
+        return {**bound, **self.format_bounds.get(fmt, {})}
+
     def fit_ref_audio(self, spec: dict) -> dict:
         """A seeded reference (talker_cases.reference_audio's {seconds, seed}) within the durations this
         implementation accepts: the same spec where it fits, else the same seed's noise at the nearest bound (the
@@ -124,10 +133,14 @@ class Implementation:
         data = base64.b64encode(wav).decode()
         return f"data:audio/wav;base64,{data}" if self.ref_audio == "data_uri" else data
 
-    def body(self, model: str, text: str, ref_wav: bytes | None = None, ref_text: str | None = None, **extra) -> dict:
+    def body(self, model: str, text: str, ref_wav: bytes | None = None, ref_text: str | None = None,
+             max_tokens: int | None = None, default_max_tokens: int | None = None, **extra) -> dict:
         """A request in this implementation's spelling: ours (the suite's field names) renamed, its repeatable
-        fields added. A field renamed to None is not sent; one the caller passes as None is dropped."""
-        body = {"model": model, "input": text, "voice": self.voice, **self.repeatable}
+        fields added, `default_max_tokens` where the caller names no max_tokens and the adapter caps length. A field
+        renamed to None is not sent; one the caller passes as None is dropped."""
+        if max_tokens is None and self.caps_length:
+            max_tokens = default_max_tokens
+        body = {"model": model, "input": text, "voice": self.voice, **self.repeatable, "max_tokens": max_tokens}
         if ref_wav is not None:
             body["ref_audio"] = self.encode_ref_audio(ref_wav)
         if ref_text is not None:
@@ -201,8 +214,16 @@ VLLM_OMNI = Implementation(
     ref_audio="data_uri",  # http(s), data: base64 URIs or file: paths (serving_speech.py:1304-1306)
     # 1 s to 30 s, else 400 "Reference audio too short/long" (serving_speech.py:109-110, checked at 1274-1283).
     ref_audio_seconds=(1.0, 30.0),
+    # Its stage 0 answers up to 2048 rows by default (deploy/higgs_multimodal_qwen3*.yaml `max_tokens: 2048`): on a
+    # dummy checkpoint that never ends an answer, 75 s each on the H200.
+    caps_length=True,
     whole_formats=frozenset({"wav", "pcm", "flac", "mp3", "opus"}),  # protocol/audio.py:83: no aac
     streamed_formats=frozenset({"wav", "pcm"}),  # serving_speech.py:2487-2490, protocol/audio.py:336-341
+    # Its Opus is libsndfile's at its default bitrate (no setting given: entrypoints/openai/audio_utils_mixin.py:85-97),
+    # about 35-39 kbit/s here against our 64: the log-mel distance measured 2.69 dB on the H200 (2026-12-04, no
+    # priming, not a sample missing), 0.88-2.16 dB on tests/test_serve_encode.py's signals; the same encoder with 1 s
+    # dropped scores 9.9-14.6 dB, so 4 dB still fails a dropped chunk or a cut tail.
+    format_bounds={"opus": {"max_mel_db": 4.0}},
     error_field_in="param_or_message",  # a ValueError's text becomes the message (serving_speech.py:2322, 2709)
     metrics=Metrics(
         # vLLM's engine families (relabelled per stage: metrics/stat_logger.py), omni's request gauges

@@ -46,10 +46,14 @@ def _skip_reason(report) -> str:
     return reason.removeprefix("Skipped: ")
 
 
+def printable(text: str) -> str:
+    """`text` on one line, with any character that is not printable (a binary body quoted by an assertion) escaped."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in " ".join(text.split()))
+
+
 def _failure(report) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else str(report.longrepr)
-    return " ".join(text.split())[:300]
+    return printable(crash.message if crash is not None else str(report.longrepr))[:300]
 
 
 class Collector:

@@ -74,14 +74,16 @@ class Server:
     """A speech server at a base URL as the checks see it: an HTTP client, its metrics, the requests in its
     implementation's spelling (conformance/serving/implementations.py)."""
 
-    def __init__(self, url: str, implementation: Implementation = REFERENCE, model: str | None = None):
+    def __init__(self, url: str, implementation: Implementation = REFERENCE, model: str | None = None,
+                 default_max_tokens: int | None = None):
         self.url = url
         self.implementation = implementation
         self.model = model
+        self.default_max_tokens = default_max_tokens  # sent where a check names none, if the adapter caps length
         self.client = httpx.Client(base_url=self.url, timeout=120.0)
 
     def body(self, prompt: dict, **extra) -> dict:
-        return body_for(prompt, self.implementation, self.model, **extra)
+        return body_for(prompt, self.implementation, self.model, default_max_tokens=self.default_max_tokens, **extra)
 
     def log_tail(self, lines: int = 40) -> str:
         return f"(the log of the server at {self.url} is not the suite's to read)"
@@ -123,8 +125,8 @@ class Server:
 class RemoteServer(Server):
     """A server someone else started (--server-url): the suite reads it and never stops it."""
 
-    def __init__(self, url: str, implementation: Implementation):
-        super().__init__(url, implementation)
+    def __init__(self, url: str, implementation: Implementation, default_max_tokens: int | None = None):
+        super().__init__(url, implementation, default_max_tokens=default_max_tokens)
         try:
             listed = self.client.get("/v1/models", timeout=30.0)
         except httpx.TransportError as error:
