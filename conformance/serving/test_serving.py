@@ -11,7 +11,8 @@ within the stream = offline bound, the audio-describing headers of every kind of
 first chunk before the server takes the last row, a disconnect (after the first chunk, and in
 the middle of a send) that aborts its engine request (proven by the metrics: our abort counter,
 vLLM's gauges, the talker slots), long input up to the limit and one token over it, the bad-input
-table, concurrent streams each equal to the request alone, and OpenAI's own client.
+table, concurrent streams each equal to the request alone, `speed`, a voice uploaded and deleted, and OpenAI's
+own client.
 
 No check reads a clock: the disconnect checks hold a stream with a client that reads nothing
 more (SlowReader), and wait (bounded) for what the server reports.
@@ -448,6 +449,42 @@ def test_concurrent_streams_each_equal_the_request_alone(server, variant):
     if IMPL.metrics is not None:
         server.wait_for(lambda v: all(metric(v, name) == 0 for name in IMPL.metrics.idle),
                         what="something was left held after the streams ended")
+
+
+@needs("repeatable")
+def test_speed_scales_the_duration_and_changes_no_sample_at_one(server):
+    """`speed` (OpenAI's 0.25 to 4.0) on the engine's answer: at 1.0 the plain answer, sample for sample; at 2.0 and
+    0.5 an answer 1/speed as long, within 2 % (a tone's pitch and the stream against the whole answer:
+    tests/test_serve_tempo.py)."""
+    body = server.body(PROMPTS["fox"], response_format="pcm")
+    plain = _whole(server, body)
+    assert _whole(server, {**body, "speed": 1.0}) == plain
+    for speed in (2.0, 0.5):
+        assert len(_whole(server, {**body, "speed": speed})) / len(plain) == pytest.approx(1 / speed, rel=0.02), speed
+
+
+@reference_only(reason="uploads through our form (audio_sample, name, ref_text); upstream's also asks for `consent` "
+                       "(entrypoints/openai/api_server.py:1568-1575) and encodes with a tokenizer the suite does not ship "
+                       "(docs/implementations.md)")
+def test_an_uploaded_voice_speaks_as_its_reference_sent_inline_and_is_gone_once_deleted(server):
+    """A voice uploaded once (`POST /v1/audio/voices`) is listed, answers by name what the same reference and
+    transcript sent in the request answer, and once deleted is no longer listed nor spoken (the hostile uploads,
+    restarts and concurrency: tests/test_serve_voices.py)."""
+    prompt = PROMPTS["clone_from_audio"]
+    reference = wav_bytes(talker_cases.reference_audio(prompt["ref_audio"]))
+    uploaded = server.client.post("/v1/audio/voices", files={"audio_sample": ("reference.wav", reference, "audio/wav")},
+                                  data={"name": "uploaded", "ref_text": prompt["ref_text"]})
+    assert uploaded.status_code == 200, uploaded.text
+    try:
+        assert "uploaded" in server.client.get("/v1/audio/voices").json()["voices"]
+        by_name = _whole(server, server.body({"text": prompt["text"]}, voice="uploaded", response_format="pcm"))
+        assert by_name == _whole(server, server.body(prompt, response_format="pcm"))
+    finally:
+        deleted = server.client.delete("/v1/audio/voices/uploaded")
+    assert deleted.status_code == 200, deleted.text
+    assert "uploaded" not in server.client.get("/v1/audio/voices").json()["voices"]
+    gone = server.client.post(SPEECH, json=server.body({"text": prompt["text"]}, voice="uploaded"))
+    assert gone.status_code == 400 and gone.json()["error"]["param"] == "voice", _shown(gone)
 
 
 def test_openai_client_streams_a_wav_that_wave_reads(server, tmp_path):
