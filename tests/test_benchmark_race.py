@@ -59,3 +59,24 @@ def test_a_side_cut_short_is_run_again_and_the_pair_says_so(tmp_path, monkeypatc
     assert len(ran) == 1 and "--serve-command" in ran[0] and ran[0][-1] == str(tmp_path / "default-upstream")
     pair, = json.loads((tmp_path / "race.json").read_text())["pairs"]
     assert pair["status"] == "not finished: upstream (see its served.json)" and "levels" not in pair
+
+
+def test_compare_judges_finished_folders_of_earlier_sittings_and_draws_them(tmp_path, monkeypatch):
+    write(tmp_path / "a" / "ours", "ok", [level(1, 100, 5), level(16, 300, 90)])
+    write(tmp_path / "b" / "theirs", "ok", [level(1, 400, 1), level(16, 600, 9)])
+    write(tmp_path / "c" / "ours", "ok", [level(1, 100, 5)])
+    write(tmp_path / "c" / "theirs", "killed", [])
+    monkeypatch.setattr(race.served, "main", lambda argv: pytest.fail(f"ran: {argv}"))
+    out = tmp_path / "race"
+    argv = ["--out-dir", str(out), "--compare", "default", str(tmp_path / "a" / "ours"), str(tmp_path / "b" / "theirs"),
+            "--compare", "low_latency_v2", str(tmp_path / "c" / "ours"), str(tmp_path / "c" / "theirs")]
+    assert race.main(argv) == 1  # one side of the second pair never finished
+    done, cut = json.loads((out / "race.json").read_text())["pairs"]
+    assert done["ours"] == str(tmp_path / "a" / "ours") and done["levels"][1]["audio s/s"]["ratio"] == pytest.approx(10)
+    assert cut["status"] == "not finished: upstream (see its served.json)"
+    assert (out / "race.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_race_names_what_to_compare():
+    with pytest.raises(SystemExit):
+        race.parse_args(["--out-dir", "x"])
