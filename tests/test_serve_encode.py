@@ -78,6 +78,17 @@ def test_the_bound_fails_a_dropped_chunk_a_cut_tail_and_a_wrong_rate(fmt, defect
         assert measured.mel_db > 3 * BOUNDS[fmt]["max_mel_db"], measured  # far past the bound, not at its edge
 
 
+@pytest.mark.parametrize("fmt", sorted(f for f in FORMATS if BOUNDS[f].get("exact")))
+def test_a_lossless_answer_one_step_off_is_refused_with_its_distance(fmt):
+    """A lossless answer quantized otherwise than the PCM answer (vllm-omni 0.30.0's: its PCM floors, its FLAC rounds)
+    is refused, and the refusal says how many samples differ and by how many steps."""
+    pcm = np.frombuffer(SIGNALS["noise"], dtype="<i2")
+    off = pcm.copy()
+    off[::2] = np.where(off[::2] < 32767, off[::2] + 1, off[::2] - 1)
+    with pytest.raises(AssertionError, match=rf"{fmt}: {len(pcm) // 2} of {len(pcm)} samples differ, by up to 1 steps"):
+        judge(fmt, encode_whole(fmt, off.tobytes()), pcm.tobytes(), False, BOUNDS[fmt])
+
+
 def _decodable_seconds(data: bytes) -> float:
     """The audio FFmpeg's decoder gets from the bytes a client has so far (a prefix of the stream)."""
     if not data:
