@@ -25,6 +25,10 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 # ... and OpenMP threads left unbound: vLLM's "auto" pins every engine's threads to the same cores
 # (OMP_PROC_BIND), and the suite runs three engines at a time on two cores (docs/speed.md).
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+# ... and idle OpenMP threads asleep, not spinning: libgomp (torch's and vLLM's) spins a thread after each parallel
+# region, which with three workers, their servers and engines on two cores takes the cores from the threads with
+# work. Read when libgomp loads, so it reaches the xdist workers and every child, not a process that has it loaded.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # Engine processes are spawned, never forked: a test process that already holds engines (their
 # threads) hung forking the next one on the GPU machine (python warns "use of fork() may lead to
 # deadlocks"). vLLM on a CPU spawns anyway.
