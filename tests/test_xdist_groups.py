@@ -3,6 +3,7 @@ checks must stay together in one worker, so that its module fixtures (engines, a
 are built once. pytest 9.2 renamed the node id attribute xdist's loadgroup rewrites, which split
 every group silently: tox.ini pins pytest, and this check fails if a group is split again."""
 
+import configparser
 import subprocess
 import sys
 import textwrap
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.gate.run import check_id
+from conformance.gate.run import check_id, suite_args
 
 pytestmark = pytest.mark.cpu
 
@@ -55,3 +56,15 @@ def test_a_verdict_names_a_check_without_its_xdist_group():
     assert check_id("conformance/test_a.py::t[v1-x]@conformance.test_a:v1") == "conformance/test_a.py::t[v1-x]"
     assert check_id("tests/test_b.py::t@tests.test_b") == "tests/test_b.py::t"
     assert check_id("tests/test_b.py::t[a@b]") == "tests/test_b.py::t[a@b]"
+
+
+@pytest.mark.parametrize("env, platform, chosen", [("cpu-dummy", "cpu", "dummy"), ("gpu", "cuda", "dummy"),
+                                                   ("gpu-real", "cuda", "real")])
+def test_the_gate_runs_the_selection_and_the_workers_tox_runs(env, platform, chosen):
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    command = tox[f"testenv:{env}"]["commands"]
+    args = suite_args(platform, chosen)
+    marker, workers = args[1], " ".join(args[2:])
+    assert f"-m {marker} " in command.replace('"', "") and workers in command, \
+        f"tox -e {env} runs {command!r}, the gate {marker!r} {workers}"

@@ -4,7 +4,7 @@ every measured figure, written as a verdict (JSON). conformance/gate/__main__.py
     python -m conformance.gate.run OUT.json [--deadline S] [--test-timeout S] [--rest VERDICT [--again PATH]...] [pytest args...]
 
 The suite is the one of the platform's job: on a CPU `pytest -m "not gpu"` (tox -e cpu-dummy), on
-a CUDA machine `pytest -m "gpu or engine or every_platform" -n 4 --dist loadgroup` (tox -e gpu); with
+a CUDA machine `pytest -m "gpu or engine or every_platform" -n 8 --dist loadgroup` (tox -e gpu); with
 HIGGS_WEIGHTS=real the real-weight checks of the platform (tox -e cpu-real, gpu-real). A test
 reports a figure with `record_property("figure:<name>", {"value": v, "unit": u, "tolerance": t})`.
 The verdict names its weights (`weights`: "dummy" or "real: <path>, <revision or folder>") and how
@@ -35,7 +35,7 @@ import pytest
 
 from conformance import weights
 from conformance.gate import diff as gate_diff, watch as gate_watch
-from conformance.environment import CPU_WORKERS
+from conformance.environment import CPU_WORKERS, GPU_REAL_WORKERS, GPU_WORKERS
 
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT = 3  # 3: `complete`, `runs`, `notrun` and `timeout` outcomes (gate_watch.py)
@@ -114,7 +114,9 @@ class VerdictCollector:
 def suite_args(platform_name: str, chosen: str = "dummy") -> list[str]:
     """tox.ini's selection: cpu-dummy, gpu, cpu-real or gpu-real."""
     if platform_name == "cuda":
-        return ["-m", "real_weights" if chosen == "real" else "gpu or engine or every_platform", "-n", "4", "--dist", "loadgroup"]
+        if chosen == "real":
+            return ["-m", "real_weights", *GPU_REAL_WORKERS]
+        return ["-m", "gpu or engine or every_platform", *GPU_WORKERS]
     return ["-m", "real_weights and not gpu" if chosen == "real" else "not gpu", *CPU_WORKERS]
 
 

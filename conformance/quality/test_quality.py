@@ -31,6 +31,7 @@ MODES = {m["id"]: m for m in read_yaml("runs")["modes"]}
 PROMPTS = prompt_set.prompts()
 CLONE = [p for p in PROMPTS if p.voice_clone]
 VARIANTS = {"v1": {"enforce_eager": True}, "v2": {}}
+SAME_SCORE_ABS = 1e-6  # a few float32 steps of a similarity in [-1, 1]; a different audio moves it by far more
 MISSING = [m for m in ("faster_whisper", "jiwer", "resemblyzer") if importlib.util.find_spec(m) is None]
 NEEDS_SCORERS = pytest.mark.skipif(bool(MISSING), reason=(
     f"needs the offline scorers ({', '.join(MISSING)} missing): pip install faster-whisper==1.2.1 jiwer==4.0.0 "
@@ -173,7 +174,11 @@ def test_dummy_audio_fails_the_floors(variant, pool, scores_dir, record_property
     scores = score_all(audios, PROMPTS)
     for other in record_and_compare(scores_dir, "dummy", variant, {"streams": streams, "scores": scores}):
         if other["streams"] == streams:
-            assert other["scores"] == scores, f"{variant} and {other['variant']}: same streams, different scores"
+            # The same streams score the same: word error rates exactly, similarities to float32's last bits. Each
+            # runner's worker decodes and scores on its own CPU threads, which moved one similarity by 3e-8 (one
+            # float32 step at 0.48) on an H100 with four workers (benchmarks/results/2026-12-06-gpu-026-gate).
+            assert other["scores"]["wer"] == scores["wer"] and other["scores"]["sim"] == pytest.approx(
+                scores["sim"], abs=SAME_SCORE_ABS), f"{variant} and {other['variant']}: same streams, different scores"
         else:
             pytest.fail(f"{variant} and {other['variant']} produced different streams (V1 = V2 broken)")
     passed = []
