@@ -29,6 +29,10 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 # region, which with three workers, their servers and engines on two cores takes the cores from the threads with
 # work. Read when libgomp loads, so it reaches the xdist workers and every child, not a process that has it loaded.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# ... and, on a machine with fewer cores than tox's three workers, one OpenMP thread per process: two threads in
+# each of the workers' engines and servers only take turns on the same two cores (docs/speed.md).
+if (os.cpu_count() or 1) < 3:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Engine processes are spawned, never forked: a test process that already holds engines (their
 # threads) hung forking the next one on the GPU machine (python warns "use of fork() may lead to
 # deadlocks"). vLLM on a CPU spawns anyway.
