@@ -112,10 +112,6 @@ def xdist_group(item) -> str:
 def pytest_collection_modifyitems(config, items):
     cuda = has_cuda()
     dummy = config.getoption("weights") == "dummy"
-    # Files with slow checks first (pytest-xdist hands groups out in order): a long group started
-    # last would leave the other workers idle at the end. Stable: each file's order holds.
-    slow_files = {item.path for item in items if "slow" in item.keywords}
-    items.sort(key=lambda item: item.path not in slow_files)
     for item in items:
         item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
         if "gpu" in item.keywords and not cuda:
