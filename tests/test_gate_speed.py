@@ -49,3 +49,17 @@ def test_a_slower_talker_is_a_finding_and_noise_is_not():
     assert not gate_diff.diff(baseline, same).moved
     moved = {name for name, *_ in gate_diff.diff(baseline, slower).moved}
     assert moved == {f"speed::talker_over_bare_step[c={c}]" for c in gate_speed.LEVELS}
+
+
+def test_a_moved_ratio_names_the_side_that_moved():
+    """V2/V1 audio s/s doubling because V1 halved reads as V1's change, not V2's."""
+    baseline = {"platform": "cuda", "vllm": "0.26.0", "torch": "t", "checks": {}, "counts": {},
+                "figures": gate_speed.figures(speed())}
+    slower_v1 = speed()
+    v1 = slower_v1["phases"][2]["e2e"][0]
+    v1["rounds"] = [{**r, "audio_s_per_s": 10.0} for r in v1["rounds"]]
+    candidate = {**baseline, "vllm": "0.33.0", "figures": gate_speed.figures(slower_v1)}
+    d = gate_diff.diff(baseline, candidate)
+    assert [name for name, *_ in d.moved] == ["speed::v2_over_v1_audio_s_per_s[c=16]"]
+    line = next(x for x in gate_diff.render(baseline, candidate, d) if "v2_over_v1_audio_s_per_s" in x)
+    assert line.endswith("; V2 default 100.0 -> 100.0, V1 high_throughput 20.0 -> 10.0 audio s/s"), line

@@ -109,6 +109,15 @@ def _name(verdict: dict) -> str:
     return f"{verdict['platform']} vLLM {verdict['vllm']} (torch {verdict['torch']}, weights {weights(verdict)})"
 
 
+def _sides(baseline: dict, candidate: dict, name: str) -> str:
+    """'; talker 5.12 -> 7.86, bare 4.82 -> 5.04 ms/step': a ratio's two medians in both verdicts (gate/speed.py)."""
+    before = baseline.get("figures", {}).get(name, {}).get("sides", {})
+    now = candidate["figures"][name]
+    after = now.get("sides", {})
+    moved = [f"{side} {value} -> {after[side]}" for side, value in before.items() if side in after]
+    return f"; {', '.join(moved)} {now.get('sides_unit', '')}".rstrip() if moved else ""
+
+
 def render(baseline: dict, candidate: dict, d: GateDiff) -> list[str]:
     lines = [f"== upgrade gate: candidate {_name(candidate)} against baseline {_name(baseline)} =="]
     warning = []
@@ -136,7 +145,7 @@ def render(baseline: dict, candidate: dict, d: GateDiff) -> list[str]:
     section("newly failing", [f"{c}: {r}" for c, r in d.newly_failing])
     section("newly passing", d.newly_passing)
     section("figures beyond tolerance",
-            [f"{n}: {b} -> {c} {u} ({limit})" for n, b, c, limit, u in d.moved])
+            [f"{n}: {b} -> {c} {u} ({limit}){_sides(baseline, candidate, n)}" for n, b, c, limit, u in d.moved])
     section("newly skipped (coverage lost)", [f"{c}: {r}" for c, r in d.newly_skipped])
     section("checks only in the baseline", d.only_in_baseline, limit=10)
     section("checks only in the candidate", d.only_in_candidate, limit=10)

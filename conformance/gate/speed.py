@@ -4,7 +4,7 @@ become verdict figures, each with a tolerance measured in the same run.
     python -m conformance.gate.speed VERDICT --run [--budget S] [--out-dir DIR]   # the GPU machine
     python -m conformance.gate.speed VERDICT --speed DIR/speed.json               # an earlier benchmark
 
-The benchmark (BENCHMARK_ARGS, about 400 s on one H200 with vLLM 0.26.0, 540 s with 0.33.0, three engine boots):
+The benchmark (BENCHMARK_ARGS, about 440 s on one H100 with vLLM 0.26.0, 480 s with 0.33.0, three engine boots):
 talker and bare Qwen3 of its shape under the `default` profile (Model Runner V2, CUDA graphs),
 engine only, default sampling, at 1, 16 and 64 requests, each step time the median of REPEATS
 timed pairs; and 16 streams end to end under `default` (V2) and `high_throughput` (V1), REPEATS
@@ -15,7 +15,9 @@ rounds each. The figures (`speed::...`, unit x):
 
 A figure's tolerance is what the run itself says about its noise: the ratio's range over every
 pairing of the two sides' samples (rounds or timed pairs), half of it, times SPREAD_FACTOR, and at
-least FLOOR of the value. A candidate further from the baseline than that is a finding.
+least FLOOR of the value. A candidate further from the baseline than that is a finding. Each figure
+keeps its two sides' medians (`sides`), so the diff says which side moved: a V2/V1 ratio that grows
+because V1 slowed down is V1's regression, not V2's gain.
 """
 
 from __future__ import annotations
@@ -40,14 +42,17 @@ BENCHMARK_ARGS = ["--size", "4b", "--profiles", "default", "high_throughput", "-
                   "--rounds", str(REPEATS), "--engine-repeats", str(REPEATS), "--phase-timeout", "300"]
 
 
-def ratio_figure(top: list[float], bottom: list[float], note: str) -> dict:
-    """median(top) / median(bottom), its tolerance from the samples' spread (module docstring)."""
+def ratio_figure(top: list[float], bottom: list[float], sides: tuple[str, str], sides_unit: str, note: str) -> dict:
+    """median(top) / median(bottom), its tolerance from the samples' spread (module docstring), and
+    both medians under the names in `sides`."""
     value = statistics.median(top) / statistics.median(bottom)
     pairs = [t / b for t, b in itertools.product(top, bottom)]
     spread = (max(pairs) - min(pairs)) / 2
     tolerance = max(SPREAD_FACTOR * spread, FLOOR * value)
     return {"value": round(value, 3), "unit": "x", "tolerance": round(tolerance, 3), "class": "measured",
-            "samples": [len(top), len(bottom)], "note": note}
+            "samples": [len(top), len(bottom)], "note": note,
+            "sides": {sides[0]: round(statistics.median(top), 3), sides[1]: round(statistics.median(bottom), 3)},
+            "sides_unit": sides_unit}
 
 
 def _phase(speed: dict, name: str) -> dict:
@@ -76,11 +81,15 @@ def figures(speed: dict) -> dict[str, dict]:
     out = {}
     for c in LEVELS:
         out[f"speed::talker_over_bare_step[c={c}]"] = ratio_figure(
-            steps(talker, c), steps(bare, c), f"ms/step, V2 default profile, default sampling, {c} requests")
+            steps(talker, c), steps(bare, c), ("talker", "bare"), "ms/step",
+            f"ms/step, V2 default profile, default sampling, {c} requests")
+    runners = ("V2 default", "V1 high_throughput")
     out["speed::v2_over_v1_ttfa[c=16]"] = ratio_figure(
-        rounds(talker, "ttfa_ms_median"), rounds(v1, "ttfa_ms_median"), "TTFA median, 16 streams, default / high_throughput")
+        rounds(talker, "ttfa_ms_median"), rounds(v1, "ttfa_ms_median"), runners, "ms TTFA",
+        "TTFA median, 16 streams, default / high_throughput")
     out["speed::v2_over_v1_audio_s_per_s[c=16]"] = ratio_figure(
-        rounds(talker, "audio_s_per_s"), rounds(v1, "audio_s_per_s"), "audio s/s, 16 streams, default / high_throughput")
+        rounds(talker, "audio_s_per_s"), rounds(v1, "audio_s_per_s"), runners, "audio s/s",
+        "audio s/s, 16 streams, default / high_throughput")
     return out
 
 
