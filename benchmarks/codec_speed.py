@@ -3,13 +3,16 @@ the audio the talker makes per step.
 
     python -m benchmarks.codec_speed --profile default --batches 1 16 64 --out-dir DIR
 
-A steady chunk of the profile's geometry decodes a window of left context + chunk + holdback
-frames (45 under `default`: 10 + 25 + 10) and emits the chunk (25 frames, 1 s of audio). Per
-batch size B this times the stage's own decode (CodecStage.decode_windows, warmed as a server
-warms it, on the stage's device, float32 as the stage loads it) on B such windows, the chunks
-copied to the host, after warm-up decodes, `--repeats` times, and reports the median and range in
-ms, and the stage's capacity: B chunks of audio per decode, in audio seconds per second. On CUDA
-each batch is timed twice: replaying the warm-up's CUDA graph (`path` graph) and eagerly. The
+A steady chunk of the profile's geometry emits `chunk_frames` new frames (25 under `default`, 1 s
+of audio). Decoded as a window (`path` graph or eager) it decodes left context + chunk + holdback
+frames (45: 10 + 25 + 10); carried (`path` carried, reference/codec/carried.py) only its 25 new
+frames, every layer's state kept from the chunk before. Per batch size B this times the stage's own
+decode (CodecStage.decode_windows, warmed as a server warms it; carried: `advance` on B streams
+past their first chunks, and each chunk taken), on the stage's device, float32 as the stage loads
+it, the chunks copied to the host, after warm-up decodes, `--repeats` times, and reports the median
+and range in ms, the ms per new frame (the decode's cost per frame of audio it emits), and the
+stage's capacity: B chunks of audio per decode, in audio seconds per second. On CUDA windows are
+timed twice: replaying the warm-up's CUDA graph (`path` graph) and eagerly. The
 talker, at c streams and `--step-ms` per step, makes c frames of audio a step (c x 0.04 s): where
 the capacity at B = c is below that, the stage falls behind and first audio waits
 (benchmarks/results/2026-12-01-h200-codec-graphs-a/NOTES.md: first PCM at 16 and 64 streams).
@@ -27,6 +30,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.spread import spread
+from reference.codec.carried import CarriedDecoder, advance
 from reference.codec.stage import CodecStage
 from reference.codec.streaming import Window
 
@@ -44,25 +48,57 @@ def time_decodes(stage: CodecStage, windows: list[Window], repeats: int, warmup:
     return samples
 
 
+def time_carried(stage: CodecStage, codes: torch.Tensor, repeats: int, warmup: int = 3) -> list[float]:
+    """ms per steady carried chunk of B streams: codes [B, 8, chunk] pushed into each (`advance`,
+    as CodecStage.decode_carried) and each stream's chunk taken and copied to the host. The streams
+    first decode a window's worth of frames, so every timed chunk is a steady one."""
+    g, chunk = stage.geometry, codes.shape[2]
+    streams = [stage.carried_stream(g) for _ in codes]
+    if None in streams:
+        raise ValueError(f"{g}: the stage decodes this geometry's windows, not carried")
+    advance(streams, codes.new_zeros(len(codes), codes.shape[1], g.right_holdback_frames), last=False)  # look-ahead
+    emitted = 0
+    samples = []
+    for i in range(warmup + repeats):
+        start = time.perf_counter()
+        advance(streams, codes, last=False)
+        [s.take(emitted, chunk).cpu() for s in streams]
+        samples.append(1000 * (time.perf_counter() - start))
+        emitted += chunk
+    for s in streams:
+        s.release()
+    return samples[warmup:]
+
+
 def measure(codec, geometry, batches: list[int], repeats: int, step_ms: float) -> list[dict]:
     g = geometry
     window = g.left_context_frames + g.chunk_frames + g.right_holdback_frames
     frame_s = codec.hop_length / codec.sample_rate
     chunk_s = g.chunk_frames * frame_s
-    stage = CodecStage(codec, max(batches), 2, geometry)
+    stage = CodecStage(codec, max(batches), 2, geometry, carried=False)
     stage.warm()
+    carried = CodecStage(codec, max(batches), 2, geometry)
+    if (why := CarriedDecoder(codec).refusal(g)) is None:
+        carried.warm()
+    else:
+        print(f"no carried path: {why}")
     graphs, rows = stage.graphs, []
     for batch in batches:
         codes = torch.randint(0, 1024, (batch, codec.cfg.num_codebooks, window),
                               generator=torch.Generator().manual_seed(batch))
         windows = [Window(c, g.left_context_frames, g.chunk_frames) for c in codes]
-        for path in ["graph", "eager"] if graphs is not None else ["eager"]:
+        for path in ["graph"] * (graphs is not None) + ["eager"] + ["carried"] * (why is None):
             stage.graphs = graphs if path == "graph" else None
-            samples = time_decodes(stage, windows, repeats)
+            if path == "carried":
+                samples = time_carried(carried, codes[:, :, : g.chunk_frames], repeats)
+            else:
+                samples = time_decodes(stage, windows, repeats)
             ms = statistics.median(samples)
             rows.append({
-                "batch": batch, "path": path, "window_frames": window, "ms_per_decode": ms,
-                "spread_ms": spread(samples), "capacity_audio_s_per_s": batch * chunk_s / (ms / 1000),
+                "batch": batch, "path": path, "decoded_frames": g.chunk_frames if path == "carried" else window,
+                "new_frames": g.chunk_frames, "ms_per_decode": ms, "spread_ms": spread(samples),
+                "ms_per_new_frame": ms / (batch * g.chunk_frames),
+                "capacity_audio_s_per_s": batch * chunk_s / (ms / 1000),
                 "talker_audio_s_per_s": batch * frame_s / (step_ms / 1000),  # c = batch streams, one frame a step
             })
     return rows
@@ -89,12 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     device = stage_device(deployment, deployment.codec_stage)
     codec = load_codec(cached_checkpoint(args.size, 0, "no_eoc"), device=device)
     rows = measure(codec, deployment.geometry, args.batches, args.repeats, args.step_ms)
-    print(f"codec on {device}, {args.size} checkpoint, {deployment.profile}: windows of {rows[0]['window_frames']} frames")
-    print(f"{'batch':>5} {'path':>5} {'ms/decode':>18} {'stage audio s/s':>16} {'talker audio s/s':>17}")
+    print(f"codec on {device}, {args.size} checkpoint, {deployment.profile}: chunks of {rows[0]['new_frames']} frames")
+    print(f"{'batch':>5} {'path':>7} {'frames':>6} {'ms/decode':>20} {'ms/new frame':>12} {'stage audio s/s':>16} "
+          f"{'talker audio s/s':>17}")
     for r in rows:
         low, high = r["spread_ms"]
-        print(f"{r['batch']:>5} {r['path']:>5} {r['ms_per_decode']:>7.2f} ({low:.2f}-{high:.2f}) "
-              f"{r['capacity_audio_s_per_s']:>16.1f} {r['talker_audio_s_per_s']:>17.1f}")
+        print(f"{r['batch']:>5} {r['path']:>7} {r['decoded_frames']:>6} {r['ms_per_decode']:>8.2f} ({low:.2f}-{high:.2f}) "
+              f"{r['ms_per_new_frame']:>12.4f} {r['capacity_audio_s_per_s']:>16.1f} {r['talker_audio_s_per_s']:>17.1f}")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out = {"profile": deployment.profile, "platform": platform, "device": str(device), "size": args.size,
            "step_ms": args.step_ms, "torch": torch.__version__, "rows": rows}

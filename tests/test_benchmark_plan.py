@@ -35,6 +35,7 @@ def test_a_codec_batch_is_raised_only_with_the_talkers():
 def test_a_profile_whose_batch_already_fits_is_left_as_it_is():
     assert talker_overrides("default", 16) == {}
     assert talker_overrides("high_throughput_v2", 64) == {}
+    assert talker_overrides("many_streams_v2", 256) == {}
 
 
 def test_eager_profiles_get_no_capture_sizes():

@@ -10,7 +10,6 @@ import asyncio
 import json
 import socket
 import sys
-import threading
 import time
 from collections import deque
 
@@ -26,6 +25,7 @@ from starlette.routing import Route
 from benchmarks import served
 from benchmarks.served import BYTES_PER_S, Speech, closed_loop, level_figures, poisson_schedule, stalls
 from reference.serve.encode import StreamEncoder
+from tests.loopback import serving
 
 pytestmark = pytest.mark.cpu
 
@@ -161,20 +161,8 @@ APP = Starlette(routes=[Route("/v1/audio/speech", speech, methods=["POST"]), Rou
 
 @pytest.fixture(scope="module")
 def server():
-    app = APP
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    uv = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off", timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the test server did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    uv.should_exit = True
-    thread.join(10)
-    sock.close()
+    with serving(APP) as url:
+        yield url
 
 
 @pytest.fixture

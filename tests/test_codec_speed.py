@@ -5,6 +5,7 @@ the CUDA graph path runs on the GPU only)."""
 import json
 
 import pytest
+import torch
 
 from benchmarks import codec_speed
 from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
@@ -22,12 +23,29 @@ def test_each_batch_decodes_steady_windows_and_reports_the_stages_capacity():
         rows = codec_speed.measure(codec, SMALL, [1, 3], repeats=2, step_ms=4.0)
     warm = [(1, 8, n) for n in (12, 18, 24, 26)]  # the stage's warm-up: each length a stream's cuts take
     assert decoded[:4] == warm and decoded[4:] == [(1, 8, 26)] * (3 + 2) + [(3, 8, 26)] * (3 + 2)  # + timed
-    for row, batch in zip(rows, [1, 3]):
+    assert [(r["batch"], r["path"], r["decoded_frames"]) for r in rows] == [
+        (1, "eager", 26), (1, "carried", 6), (3, "eager", 26), (3, "carried", 6)]  # carried: the new frames alone
+    for row in rows:
         low, high = row["spread_ms"]
-        assert row["batch"] == batch and row["path"] == "eager" and row["window_frames"] == 26
-        assert 0 < low <= row["ms_per_decode"] <= high
+        batch = row["batch"]
+        assert 0 < low <= row["ms_per_decode"] <= high and row["new_frames"] == 6
+        assert row["ms_per_new_frame"] == pytest.approx(row["ms_per_decode"] / (batch * 6))
         assert row["capacity_audio_s_per_s"] == pytest.approx(batch * 6 * 0.04 / (row["ms_per_decode"] / 1000))
         assert row["talker_audio_s_per_s"] == pytest.approx(batch * 0.04 / 0.004)
+
+
+def test_the_carried_path_times_steady_chunks_of_new_frames_alone():
+    codec, steps = fixture_codec(), []
+    stage = codec_speed.CodecStage(codec, 2, 2, SMALL)
+    decoder = stage._pool.decoder if stage._pool else None
+    with one_torch_thread():
+        stream = stage.carried_stream(SMALL)
+        real = stream.pool.decoder.step
+        stream.pool.decoder.step = lambda hidden, *rest: steps.append(tuple(hidden.shape)) or real(hidden, *rest)
+        samples = codec_speed.time_carried(stage, torch.zeros(2, 8, 6, dtype=torch.long), repeats=2, warmup=1)
+    assert decoder is None and len(samples) == 2
+    assert steps == [(2, 256, 10)] + [(2, 256, 6)] * 3  # the first chunk's look-ahead, then 1 + 2 chunks
+    assert stage.carried_slots_in_use == 0
 
 
 def test_the_command_writes_its_figures(tmp_path):
@@ -36,4 +54,5 @@ def test_the_command_writes_its_figures(tmp_path):
                                  "--out-dir", str(tmp_path)]) == 0
     out = json.loads((tmp_path / "codec_speed.json").read_text())
     assert out["device"] == "cpu" and [r["batch"] for r in out["rows"]] == [2]
-    assert out["rows"][0]["window_frames"] == 25 + 25 + 4  # default on a CPU: the V1 geometry
+    assert out["rows"][0]["decoded_frames"] == 25 + 25 + 4  # default on a CPU: the V1 geometry
+    assert [r["path"] for r in out["rows"]] == ["eager"]  # its holdback is short of the reach: windows only

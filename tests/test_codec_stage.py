@@ -129,9 +129,9 @@ class OrderedStage(CodecStage):
 
     order: list
 
-    def decode_windows(self, windows):
-        self.order = getattr(self, "order", []) + [int(w.codes[0, 0]) for w in windows]
-        return super().decode_windows(windows)
+    def decode_jobs(self, jobs):
+        self.order = getattr(self, "order", []) + [int(j.window.codes[0, 0]) for j in jobs]
+        return super().decode_jobs(jobs)
 
 
 def test_a_first_window_is_decoded_before_the_backlog_of_streams_with_audio_to_play():
@@ -236,15 +236,15 @@ def test_closing_the_stream_iterator_closes_its_source():
 
 def test_a_codec_failure_reaches_every_stream_of_the_batch_and_the_stage_goes_on():
     stage = CodecStage(fixture_codec(), 4, 2)
-    real, calls = stage.decode_windows, []
+    real, calls = stage.decode_jobs, []
 
-    def failing(windows):
-        calls.append(len(windows))
+    def failing(jobs):
+        calls.append(len(jobs))
         if len(calls) == 1:
             raise RuntimeError("CUDA out of memory (planted)")
-        return real(windows)
+        return real(jobs)
 
-    stage.decode_windows = failing
+    stage.decode_jobs = failing
 
     async def run():
         streams = [stage.open(SMALL) for _ in range(2)]
@@ -279,16 +279,16 @@ def test_a_source_failure_reaches_the_consumer():
 
 def test_decoding_runs_off_the_event_loop():
     stage = CodecStage(fixture_codec(), 4, 2)
-    real, threads, decoding, ticked = stage.decode_windows, [], threading.Event(), threading.Event()
+    real, threads, decoding, ticked = stage.decode_jobs, [], threading.Event(), threading.Event()
 
-    def slow(windows):  # holds the decode until the loop has turned three times during it (or 30 s)
+    def slow(jobs):  # holds the decode until the loop has turned three times during it (or 30 s)
         threads.append(threading.current_thread())
         decoding.set()
         ticked.wait(timeout=30)
         decoding.clear()
-        return real(windows)
+        return real(jobs)
 
-    stage.decode_windows = slow
+    stage.decode_jobs = slow
 
     async def run():
         ticks = 0
@@ -317,11 +317,18 @@ def test_decoding_runs_off_the_event_loop():
 def test_settings_come_from_the_resolved_deployment_and_bad_ones_are_named():
     codec = fixture_codec()
     for profile, platform, batch, inflight in [("default", "cuda", 16, 4), ("default", "cpu", 4, 2),
-                                               ("h200_v2", "cuda", 64, 8)]:
+                                               ("h200_v2", "cuda", 64, 8), ("many_streams_v2", "cuda", 256, 8)]:
         d = resolve_deployment(profile, platform)
         stage = CodecStage.from_deployment(d, codec)
         assert (stage.max_batch_size, stage.max_inflight_chunks, stage.geometry) == (batch, inflight, d.geometry)
     d = resolve_deployment("default", "cuda")
+    assert CodecStage.from_deployment(d, codec).carried
+    windows = resolve_deployment("default", "cuda", {"connectors.talker_to_code2wav.extra.codec_carried_state": False})
+    assert not CodecStage.from_deployment(windows, codec).carried
+    with pytest.raises(ValueError, match=r"extra.codec_carried_state of the talker's output connector must be true or "
+                                         r"false, got 'no'"):
+        CodecStage.from_deployment(dataclasses.replace(d, connectors={d.geometry_connector: {"extra": {
+            "codec_carried_state": "no"}}}), codec)
     with pytest.raises(ValueError, match="no stage_id 1"):
         CodecStage.from_deployment(dataclasses.replace(d, codec_stage=None), codec)
     with pytest.raises(ValueError, match=r"stages.1.max_num_seqs \(the codec batch\) must be an integer >= 1, got 0"):
@@ -333,12 +340,13 @@ def test_settings_come_from_the_resolved_deployment_and_bad_ones_are_named():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("carried", [True, False], ids=["carried", "windows"])
 @pytest.mark.parametrize("size", ["tiny", "4b"])
-def test_on_cuda_batched_streams_stitch_into_the_offline_decode(size):
+def test_on_cuda_batched_streams_stitch_into_the_offline_decode(size, carried):
     # cuDNN picks its algorithm per batch shape (reference/codec/model.py decodes in full float32).
     codec = copy.deepcopy(fixture_codec(size)).to("cuda")
     clips = [codes_of(60, seed) for seed in range(8)]
-    stage = CodecStage(codec, 8, 2)
+    stage = CodecStage(codec, 8, 2, carried=carried)
     streamed = asyncio.run(lockstep(stage, clips))
     assert max(stage.record.batches) == 8
     for codes, chunks in zip(clips, streamed):
@@ -349,7 +357,7 @@ def test_on_cuda_batched_streams_stitch_into_the_offline_decode(size):
 @pytest.mark.gpu
 def test_on_cuda_warm_captures_every_bucket_and_replays_stitch_into_the_offline_decode():
     codec = copy.deepcopy(fixture_codec("tiny")).to("cuda")
-    stage = CodecStage(codec, 8, 2, geometry=SMALL)
+    stage = CodecStage(codec, 8, 2, geometry=SMALL, carried=False)
     lengths = stage.warm()
     assert stage.graphs.captured == [(b, n) for n in lengths for b in (8, 4, 2, 1)]
     eager, real = [], codec.decode_batch
@@ -392,7 +400,7 @@ def test_graph_buckets_and_where_graphs_are_refused():
 ])
 def test_warm_decodes_each_window_length_a_stream_takes_once(geometry, lengths):
     codec = fixture_codec()
-    stage = CodecStage(codec, max_batch_size=4, max_inflight_chunks=2, geometry=geometry)
+    stage = CodecStage(codec, max_batch_size=4, max_inflight_chunks=2, geometry=geometry, carried=False)
     decoded = []
     real = codec.decode_batch
     codec.decode_batch = lambda codes: decoded.append(tuple(codes.shape)) or real(codes)
@@ -402,3 +410,107 @@ def test_warm_decodes_each_window_length_a_stream_takes_once(geometry, lengths):
     cutter.add(torch.zeros(8, 500, dtype=torch.long))  # a long stream, before its end
     assert {w.codes.shape[1] for w in cutter.windows()} == set(lengths), "every cut's length was warmed"
     assert not stage.record.batches and stage.pending == 0, "a warm-up is no stream's batch"
+
+
+@pytest.mark.parametrize("geometry, new_frames", [
+    (SMALL, [12, 6]),  # 2 + 10 holdback, then 6 a chunk
+    (DEFAULT_GEOMETRY, [18, 8, 16, 25]),
+    (StreamGeometry(1, 25, 10, 10, growing_chunks=True), [11, 1, 2, 4, 8, 16, 25]),  # low_latency_v2's
+])
+def test_warm_decodes_each_count_of_new_frames_a_carried_stream_takes_once(geometry, new_frames):
+    stage = CodecStage(fixture_codec(), max_batch_size=4, max_inflight_chunks=2, geometry=geometry)
+    assert stage.warm() == new_frames
+    assert stage.carried_slots_in_use == 0 and not stage.record.batches
+
+
+@pytest.mark.parametrize("geometry", [SMALL, DEFAULT_GEOMETRY])
+def test_carried_chunks_equal_windowed_chunks(geometry):
+    """Issue #52 item 2: the stage decodes each frame once, and its chunks are the windows' chunks."""
+    clips = [codes_of(n, seed) for seed, n in enumerate([3, 30, 57, 61])]
+    carried, windowed = CodecStage(fixture_codec(), 4, 2), CodecStage(fixture_codec(), 4, 2, carried=False)
+    streamed = asyncio.run(side_by_side(carried, clips, geometry, 1))
+    expected = asyncio.run(side_by_side(windowed, clips, geometry, 1))
+    for codes, chunks, reference in zip(clips, streamed, expected):
+        assert [len(c) for c in chunks] == [len(c) for c in reference]
+        measured = agreement(torch.cat(chunks), codec_decode(codes))
+        assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], measured
+    assert carried.carried_slots_in_use == 0, "every stream ended: every state freed"
+
+
+def codec_decode(codes):
+    return fixture_codec().decode(codes)
+
+
+def test_a_geometry_short_of_the_decoders_reach_decodes_windows():
+    stage = CodecStage(fixture_codec(), 4, 2)
+    assert stage.open(StreamGeometry(8, 25, 8, 0)).carried is None  # upstream's V2 geometry: its windows' edges
+    assert stage.open(SMALL).carried is not None
+    assert CodecStage(fixture_codec(), 4, 2, carried=False).open(SMALL).carried is None
+
+
+def test_an_aborted_stream_frees_its_state_and_the_next_stream_starts_from_zeros():
+    """Issue #52 item 6: a stream closed mid-stream (while its chunk decodes, and between chunks)
+    gives its state back; the stream that takes the slot next decodes as if alone."""
+    stage = CodecStage(fixture_codec(), 4, 8)
+    real, entered, release = stage.decode_jobs, threading.Event(), threading.Event()
+
+    def held(jobs):  # the first decode waits until the test has closed its stream
+        if not entered.is_set():
+            entered.set()
+            release.wait(timeout=30)
+        return real(jobs)
+
+    stage.decode_jobs = held
+    clip = codes_of(40, 7)
+
+    async def run():
+        during = stage.open(SMALL)
+        await during.push(clip)  # its chunks queue; the first decodes and is held
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        slot = during.carried.slot
+        during.close()  # its slot is still in the batch being decoded: freed once that ends
+        held_slots = stage.carried_slots_in_use
+        release.set()
+        while stage._worker is not None and not stage._worker.done():
+            await asyncio.sleep(0.01)
+        freed_after_batch = stage.carried_slots_in_use
+        between = stage.open(SMALL)
+        await between.push(clip[:, :12])  # one chunk (2 + 10 holdback)
+        first = await between.next_chunk()
+        reused = between.carried.slot
+        between.close()  # between chunks: freed at once
+        freed_at_once = stage.carried_slots_in_use
+        after = stage.open(SMALL)
+        consumer = asyncio.create_task(_gather(after))
+        await after.push(clip)
+        await after.finish()
+        return slot, held_slots, freed_after_batch, first, reused, freed_at_once, await consumer
+
+    slot, held_slots, freed_after_batch, first, reused, freed_at_once, chunks = asyncio.run(run())
+    assert (held_slots, freed_after_batch, freed_at_once) == (1, 0, 0)
+    assert reused == slot and len(first) == SMALL.first_chunk_frames * HOP
+    measured = agreement(torch.cat(chunks), codec_decode(clip))
+    assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], measured
+    assert stage.carried_slots_in_use == 0
+
+
+def test_streams_side_by_side_hold_slots_of_their_own():
+    stage = CodecStage(fixture_codec(), 4, 2)
+
+    async def run():
+        streams = [stage.open(SMALL) for _ in range(5)]
+        consumers = [asyncio.create_task(_gather(s)) for s in streams]
+        for s, seed in zip(streams, range(5)):
+            await s.push(codes_of(14, seed))
+        while stage._worker is not None and not stage._worker.done():
+            await asyncio.sleep(0.01)
+        slots = [s.carried.slot for s in streams]
+        for s in streams:
+            await s.finish()
+        await asyncio.gather(*consumers)
+        return slots
+
+    slots = asyncio.run(run())
+    assert None not in slots and len(set(slots)) == 5, slots  # five slots although the batch is 4: the pool grew
+    assert stage.carried_slots_in_use == 0

@@ -9,6 +9,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from conformance.case_files import load
+from higgs_dummy.checkpoint import DTYPES, TEXT_CONFIGS
 from reference.codec.geometry import DEFAULT_GEOMETRY, UPSTREAM_V1, UPSTREAM_V2, StreamGeometry
 from reference.deploy import cli
 from reference.deploy.platform_matrix import PLATFORMS
@@ -40,7 +41,8 @@ def decode_reach(engine_kwargs: dict) -> int:
 
 
 def test_shipped_profiles():
-    assert SHIPPED == ["default", "h200_v2", "high_throughput", "high_throughput_v2", "low_latency", "low_latency_v2"]
+    assert SHIPPED == ["default", "h200_v2", "high_throughput", "high_throughput_v2", "low_latency", "low_latency_v2",
+                       "many_streams_v2"]
 
 
 def test_schema_is_valid_draft_2020_12():
@@ -118,6 +120,20 @@ def test_high_throughput_v2_graphs_sequences_and_codec_batch_go_to_64():
     assert (d.runner, d.engine_kwargs["enforce_eager"], d.geometry) == ("v2", False, DEFAULT_GEOMETRY)
     assert d.engine_kwargs["compilation_config"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
     assert decode_reach(d.engine_kwargs) == d.engine_kwargs["max_num_seqs"] == d.codec_stage["max_num_seqs"] == 64
+
+
+def test_many_streams_v2_takes_256_streams_and_holds_their_kv_cache():
+    d = resolve_deployment("many_streams_v2", "cuda")
+    assert (d.runner, d.engine_kwargs["enforce_eager"], d.geometry) == ("v2", False, DEFAULT_GEOMETRY)
+    assert decode_reach(d.engine_kwargs) == d.engine_kwargs["max_num_seqs"] == d.codec_stage["max_num_seqs"] == 256
+    assert d.config["serving"]["max_waiting_requests"] == 256
+    # The 4b talker's KV bytes per token, from the dummy writer's copy of the real geometry.
+    text, dtype = TEXT_CONFIGS["4b"], DTYPES["4b"]
+    per_token = text["num_hidden_layers"] * text["num_key_value_heads"] * text["head_dim"] * 2 * dtype.itemsize
+    rows = 10 * 25 + 7  # 10 s of frames and the delay pattern's 7 rows
+    per_stream = 768  # the decode rows and a prompt of up to 511: a 10 s voice clone's 257 slots and its texts
+    assert rows + 257 < per_stream
+    assert d.engine_kwargs["kv_cache_memory_bytes"] == 256 * per_stream * per_token
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -260,7 +276,8 @@ def test_parse_set_reads_yaml_values():
         cli.parse_set(["novalue"])
 
 
-@pytest.mark.parametrize("profile, platform", [("default", "cuda"), ("h200_v2", "cuda"), ("low_latency", "cpu")])
+@pytest.mark.parametrize("profile, platform", [("default", "cuda"), ("h200_v2", "cuda"), ("many_streams_v2", "cuda"),
+                                               ("low_latency", "cpu")])
 def test_vllm_accepts_the_engine_kwargs(profile, platform):
     from vllm.config import CompilationConfig
     from vllm.engine.arg_utils import EngineArgs

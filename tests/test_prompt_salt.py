@@ -1,12 +1,15 @@
 """The talker's prefix-cache salt: one voice shares, different codes never do, and no prompt
 gets the same salt twice (reference/talker/prompt_salt.py)."""
 
+import sys
+import threading
+
 import numpy as np
 import pytest
 
 from higgs_dummy.cache import cached_checkpoint
 from reference.speech import SpeechAPI, SpeechRequest
-from reference.talker.prompt_salt import ZERO_SHOT, PromptSalts, voice_key
+from reference.talker.prompt_salt import COUNTER_SLOTS, ZERO_SHOT, PromptSalts, _prompt_slot, voice_key
 
 pytestmark = pytest.mark.cpu
 
@@ -67,6 +70,67 @@ def test_the_same_prompt_never_gets_the_same_salt_twice(api):
     assert len(set(given)) == 5
     zero_shot = api.prompt(SpeechRequest("Same text."))
     assert len({salts.salt(zero_shot) for _ in range(3)}) == 3
+
+
+def test_one_prompt_repeated_past_a_16_bit_counter_never_gets_a_salt_twice(api):
+    # More repeats than 16 bits count (COUNTER_SLOTS is 1 << 16): a counter that wrapped, or one
+    # kept modulo the slots, would hand an early salt out again.
+    salts = PromptSalts()
+    prompt = api.prompt(SpeechRequest("Same text.", ref_codes=_codes(1)))
+    repeats = COUNTER_SLOTS + 2
+    assert len({salts.salt(prompt) for _ in range(repeats)}) == repeats
+
+
+def _two_prompts_of_one_slot(api):
+    """Two zero-shot prompts that share one repeat counter (found by search: of 65,536 slots, the
+    first shared one comes after about 300 prompts)."""
+    seen = {}
+    for i in range(20 * int(COUNTER_SLOTS**0.5)):
+        prompt = api.prompt(SpeechRequest(f"Text {i}."))
+        slot = _prompt_slot(ZERO_SHOT, prompt.token_ids)
+        if slot in seen:
+            return seen[slot], prompt
+        seen[slot] = prompt
+    raise AssertionError("no two prompts share a counter slot")  # pragma: no cover
+
+
+def test_two_prompts_sharing_a_counter_never_get_a_salt_twice(api):
+    # Taking turns on one counter past 16 bits: neither prompt sees a salt of its own again.
+    first, second = _two_prompts_of_one_slot(api)
+    assert first.token_ids != second.token_ids
+    salts = PromptSalts()
+    given = {first: [], second: []}
+    for _ in range(COUNTER_SLOTS // 2 + 1):
+        for prompt in (first, second):
+            given[prompt].append(salts.salt(prompt))
+    for prompt, handed in given.items():
+        assert len(set(handed)) == len(handed)
+
+
+def test_threads_salting_one_prompt_never_get_a_salt_twice(api):
+    # A thread switch every microsecond, so an unguarded read-then-increment interleaves.
+    interval = sys.getswitchinterval()
+    salts = PromptSalts()
+    prompt = api.prompt(SpeechRequest("Same text.", ref_codes=_codes(1)))
+    threads, per_thread = 8, 2000
+    handed: list[list[str]] = [[] for _ in range(threads)]
+    start = threading.Barrier(threads)
+
+    def run(out: list[str]) -> None:
+        start.wait()
+        out.extend(salts.salt(prompt) for _ in range(per_thread))
+
+    workers = [threading.Thread(target=run, args=(out,)) for out in handed]
+    sys.setswitchinterval(1e-6)
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    every = [salt for out in handed for salt in out]
+    assert len(every) == threads * per_thread and len(set(every)) == len(every)
 
 
 def test_two_salt_sources_never_meet(api):

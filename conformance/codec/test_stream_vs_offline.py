@@ -11,12 +11,17 @@ from conformance import case_files, figures
 from conformance.codec import codec_cases
 from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
 from reference.codec.geometry import DEFAULT_GEOMETRY, StreamGeometry
+from reference.codec.carried import CarriedStreamingDecoder, stitched_carried
 from reference.codec.streaming import agreement, stitched_stream
 
 pytestmark = pytest.mark.cpu
 
 DOC = case_files.load("codec/streaming")
 GEOMETRIES = {g["id"]: g for g in DOC["geometries"]}
+# The streaming decoders: every geometry's expectation in the case file is the windowed decoder's
+# (reference.codec.streaming); the carried one (reference.codec.carried, each frame decoded once) must
+# meet the bound on every meets_bound geometry and refuse every other, naming the decoder's reach.
+DECODERS = ["windows", "carried"]
 CODECS = [
     pytest.param(c, id=c["size"], marks=[pytest.mark.slow] if c.get("slow") else [])
     for c in DOC["codecs"]
@@ -49,14 +54,20 @@ def test_every_pinned_snr_is_far_enough_from_the_float_floor_to_mean_the_geometr
 
 @pytest.mark.parametrize("codec_spec", CODECS)
 @pytest.mark.parametrize("geometry_id", list(GEOMETRIES))
-def test_stream_vs_offline(codec_spec, geometry_id, record_property):
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_stream_vs_offline(decoder, codec_spec, geometry_id, record_property):
     case, bound = GEOMETRIES[geometry_id], DOC["bound"]
     codes, reference = offline(codec_spec["size"], int(codec_spec["seed"]))
     geometry = StreamGeometry(**case["geometry"])
-    stream = stitched_stream(fixture_codec(codec_spec["size"], int(codec_spec["seed"])), codes, geometry)
+    codec = fixture_codec(codec_spec["size"], int(codec_spec["seed"]))
+    if decoder == "carried" and case["expect"] != "meets_bound":
+        with pytest.raises(ValueError, match=r"do not cover the decoder's reach \(10 and 10 frames\)"):
+            CarriedStreamingDecoder(codec, geometry)
+        return
+    stream = (stitched_carried if decoder == "carried" else stitched_stream)(codec, codes, geometry)
     result = agreement(stream, reference)
     g = geometry
-    print(f"stream-vs-offline {codec_spec['size']} {geometry_id} "
+    print(f"stream-vs-offline {decoder} {codec_spec['size']} {geometry_id} "
           f"({g.first_chunk_frames}/{g.chunk_frames}/{g.left_context_frames}/{g.right_holdback_frames}): {result}")
     meets = result.snr_db >= bound["min_snr_db"] and result.max_abs_err <= bound["max_abs_err"]
     if case["expect"] == "meets_bound":

@@ -17,7 +17,7 @@ Areas and their catchers:
   engine streams against the oracle goldens, conformance/talker/test_talker_streams.py, one run each
   (a CPU engine boots in about 25 s, so one engine mutation costs about a minute);
 - reference/talker/prompt_salt.py (prefix caching across requests): the prefix-sharing cases,
-  conformance/talker/test_prefix_sharing.py;
+  conformance/talker/test_prefix_sharing.py; its repeat counter: tests/test_prompt_salt.py;
 - reference/talker/worker.py (no silent runner fallback): tests/test_worker_runner_check.py;
 - reference/codec/delay_pattern.py: tests/test_delay_pattern.py; reference/codec/model.py: the codec goldens,
   conformance/codec/test_codec_golden.py; reference/talker/code_channel.py: tests/test_code_channel.py.
@@ -44,6 +44,7 @@ CHANNEL_TESTS = ("tests/test_code_channel.py",)
 SAMPLING_UNITS = ("tests/test_sampling_distribution.py",)
 SAMPLING_ENGINE = ("conformance/talker/test_sampling_distribution.py", "-k", "v1")
 PREFIX_SHARING = ("conformance/talker/test_prefix_sharing.py", "-k")
+SALT_TESTS = ("tests/test_prompt_salt.py", "-k")
 
 
 def streams(run_id: str, variant: str = "v1") -> tuple[str, ...]:
@@ -210,6 +211,22 @@ MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
      'return f"{voice}.{self.instance}.{repeat}"',
      'return f"{voice}.{self.instance}"',
      PREFIX_SHARING + ("preempted_requests_rebuild_their_own_rows and v1",)),
+    ("the salt's repeat counter wraps at 16 bits (a prompt's 65,537th salt is its first)", PS,
+     "            self._repeats[slot] += 1",
+     "            self._repeats[slot] = (self._repeats[slot] + 1) % (1 << 16)",
+     SALT_TESTS + ("past_a_16_bit_counter",)),
+    ("the salt's repeat counter reset when another prompt takes its slot", PS,
+     "        with self._lock:\n            repeat = int(self._repeats[slot])",
+     "        with self._lock:\n"
+     "            owner = self.__dict__.setdefault(\"owner\", {})\n"
+     "            if owner.get(slot) != (voice, prompt.token_ids):\n"
+     "                owner[slot], self._repeats[slot] = (voice, prompt.token_ids), 0\n"
+     "            repeat = int(self._repeats[slot])",
+     SALT_TESTS + ("sharing_a_counter",)),
+    ("the salt's repeat counter read and raised without the lock (two threads, one salt)", PS,
+     "        with self._lock:\n            repeat = int(self._repeats[slot])\n            self._repeats[slot] += 1",
+     "        repeat = int(self._repeats[slot])\n        self._repeats[slot] += 1",
+     SALT_TESTS + ("threads_salting",)),
 ]
 
 

@@ -10,9 +10,18 @@ files never do).
   over an async iterator of frames, the producer in a task of its own.
 - Back-pressure: a stream has at most `max_inflight_chunks` chunks submitted and not yet taken by
   its consumer; at the limit `push` waits before cutting the next chunk.
-- Batching: while windows are pending, one worker task takes the most urgent pending window's
-  length and up to `max_batch_size` pending windows of exactly that length, most urgent first, and
-  decodes them as one batch (Codec.decode_batch). Urgency is the playback deadline
+- Each frame decoded once: a stream whose geometry covers the decoder's reach (every shipped
+  profile's) carries each decoder layer's state from one chunk to the next (reference/codec/
+  carried.py; its slot in the stage's StatePool from its first chunk to its end or close), so a
+  chunk decodes its new frames only: 25 for a steady chunk of `default`, where its window is 45.
+  A geometry short of the reach (upstream's) decodes windows, whose edges it asks for; so does a
+  stage built with `carried=False` (the profile's `extra.codec_carried_state: false`, to compare),
+  and a whole clip (`decode`).
+- Batching: while chunks are pending, one worker task takes the most urgent pending chunk's
+  shape (a window's length; a carried stream's new frames, and whether they end it) and up to
+  `max_batch_size` pending chunks of exactly that shape, most urgent first, and decodes them as
+  one batch (Codec.decode_batch; carried: reference/codec/carried.py's `advance`); a carried
+  stream's chunks in order, one a batch. Urgency is the playback deadline
   (StageStream.deadline): a stream without audio yet (a first chunk; a whole decode) comes first,
   oldest first; then the stream whose delivered audio runs out soonest. So a new stream's first
   window is not queued behind the steady chunks of streams that still have audio to play (FIFO
@@ -40,6 +49,7 @@ from collections.abc import AsyncIterator
 
 import torch
 
+from reference.codec.carried import CarriedDecoder, CarriedStream, Cut, StatePool, advance
 from reference.codec.geometry import StreamGeometry
 from reference.codec.graphs import DecodeGraphs
 from reference.codec.model import Codec
@@ -51,6 +61,7 @@ __all__ = ["CodecStage", "CodecStageError", "StageRecord", "StageStream", "Strea
 DEFAULT_MAX_INFLIGHT_CHUNKS = 2
 BATCH_SETTING = "stages.1.max_num_seqs (the codec batch)"
 INFLIGHT_SETTING = "extra.max_inflight_chunks of the talker's output connector"
+CARRIED_SETTING = "extra.codec_carried_state of the talker's output connector"
 
 
 class CodecStageError(RuntimeError):
@@ -66,14 +77,16 @@ def _setting(name: str, value) -> int:
 
 class CodecStage:
     def __init__(self, codec: Codec, max_batch_size: int, max_inflight_chunks: int,
-                 geometry: StreamGeometry | None = None) -> None:
-        self.codec, self.geometry = codec, geometry
+                 geometry: StreamGeometry | None = None, carried: bool = True) -> None:
+        self.codec, self.geometry, self.carried = codec, geometry, carried
         self.max_batch_size = _setting(BATCH_SETTING, max_batch_size)
         self.max_inflight_chunks = _setting(INFLIGHT_SETTING, max_inflight_chunks)
         self.record = StageRecord()
         self.graphs: DecodeGraphs | None = None  # captured by warm() on CUDA
         self._pending: list[Job] = []
         self._worker: asyncio.Task | None = None
+        self._pool: StatePool | None = None  # the carried streams' states, made at the first
+        self._decoding: set[StageStream] = set()  # the streams of the batch being decoded
 
     @classmethod
     def from_deployment(cls, deployment, codec: Codec) -> CodecStage:
@@ -86,19 +99,32 @@ class CodecStage:
             raise ValueError(f"{deployment.profile}: {BATCH_SETTING} is not set; set it in stage_id 1")
         extra = (deployment.connectors.get(deployment.geometry_connector) or {}).get("extra") or {}
         inflight = extra.get("max_inflight_chunks", DEFAULT_MAX_INFLIGHT_CHUNKS)
-        return cls(codec, batch, inflight, deployment.geometry)
+        carried = extra.get("codec_carried_state", True)
+        if not isinstance(carried, bool):
+            raise ValueError(f"{deployment.profile}: {CARRIED_SETTING} must be true or false, got {carried!r}")
+        return cls(codec, batch, inflight, deployment.geometry, carried)
 
     def warm(self) -> list[int]:
-        """Decodes one window of each length the geometry's cuts take up to the steady chunks (the
-        first chunk's, the growing ones', then each later one's until its left context is whole),
-        and on CUDA captures their graphs for every batch bucket; the lengths, in frames. Blocking:
-        run it before serving, or in a thread."""
+        """Decodes once each shape the geometry's cuts take up to the steady chunks (the first
+        chunk's, the growing ones', then each later one's until its left context is whole): for a
+        carried stream its new frames per chunk, else its windows' lengths, which on CUDA it then
+        captures as graphs for every batch bucket; those frame counts. Blocking: run it before
+        serving, or in a thread."""
         if self.geometry is None:
             raise ValueError("CodecStage.warm: no geometry; build the stage with CodecStage.from_deployment")
         g, books = self.geometry, self.codec.cfg.num_codebooks
         cutter = ChunkCutter(g, books)
         steady = g.ramp_frames() + (2 + math.ceil(g.left_context_frames / g.chunk_frames)) * g.chunk_frames
         cutter.add(torch.zeros(books, steady + g.right_holdback_frames, dtype=torch.long))
+        if (carried := self.carried_stream(g)) is not None:
+            decoded = []
+            while cutter.ready():  # as decode_carried does, one stream
+                cut = Cut.of(cutter)
+                decoded.append(cut.new_frames(carried))
+                advance([carried], cut.new_codes(carried)[None], last=False)
+                cut.take(carried).cpu()  # .cpu(): waits for it
+            carried.release()
+            return list(dict.fromkeys(decoded))
         lengths = list(dict.fromkeys(w.codes.shape[1] for w in cutter.windows()))
         for length in lengths:
             self.codec.decode_batch(torch.zeros(1, books, length, dtype=torch.long)).cpu()  # .cpu(): waits for it
@@ -147,6 +173,38 @@ class CodecStage:
 
     def _drop(self, stream: StageStream) -> None:
         self._pending = [j for j in self._pending if j.stream is not stream]
+        if stream.carried is not None and stream not in self._decoding:  # else after its batch
+            stream.carried.release()
+
+    def carried_stream(self, geometry: StreamGeometry) -> CarriedStream | None:
+        """A new stream's place in the stage's StatePool, or None where it decodes windows."""
+        if not self.carried:
+            return None
+        pool = self._pool or StatePool(CarriedDecoder(self.codec), slots=self.max_batch_size)
+        if pool.decoder.refusal(geometry) is not None:
+            return None
+        self._pool = pool
+        return CarriedStream(pool)
+
+    @property
+    def carried_slots_in_use(self) -> int:
+        """Streams holding a carried state now (0 once every stream has ended or closed)."""
+        return 0 if self._pool is None else self._pool.in_use
+
+    def decode_jobs(self, jobs: list[Job]) -> list[torch.Tensor]:
+        """In the worker thread: a batch of one shape (_shape) -> its chunks."""
+        if jobs[0].stream is None or jobs[0].stream.carried is None:
+            return self.decode_windows([j.window for j in jobs])
+        return self.decode_carried(jobs)
+
+    def decode_carried(self, jobs: list[Job]) -> list[torch.Tensor]:
+        """Carried streams' next chunks, each stream's new frames of one count: decodes them (and
+        the end, for a batch of last chunks) as one batch; then takes each chunk from its stream."""
+        streams = [j.stream.carried for j in jobs]
+        _, new, last = _shape(jobs[0])
+        if new or last:
+            advance(streams, torch.stack([j.cut.new_codes(s) for j, s in zip(jobs, streams)]), last)  # [B, 8, new]
+        return [j.cut.take(s) for j, s in zip(jobs, streams)]
 
     def decode_windows(self, windows: list[Window]) -> list[torch.Tensor]:
         """In the worker thread: windows of one length [8, n] -> their chunks, by a graph's replay
@@ -161,26 +219,61 @@ class CodecStage:
     async def _run(self) -> None:
         await asyncio.sleep(0)  # let the other streams woken by the same engine step submit first
         while self._pending:
-            length = min(self._pending, key=_urgency).window.codes.shape[1]
-            batch = sorted((j for j in self._pending if j.window.codes.shape[1] == length), key=_urgency)
-            batch = batch[: self.max_batch_size]
+            heads = _heads(self._pending)
+            shape = _shape(min(heads, key=_urgency))
+            batch = sorted((j for j in heads if _shape(j) == shape), key=_urgency)[: self.max_batch_size]
             self._pending = [j for j in self._pending if j not in batch]
             self.record.batches[len(batch)] += 1
+            for job in batch:
+                if job.stream is not None and job.stream.carried is not None:
+                    self._decoding.add(job.stream)
+                    if job.stream.carried.slot is None and not job.stream.carried.ended:
+                        job.stream.carried.slot = job.stream.carried.pool.acquire()  # here: no decode runs
             try:
-                chunks = await asyncio.to_thread(self.decode_windows, [j.window for j in batch])
+                chunks = await asyncio.to_thread(self.decode_jobs, batch)
             except asyncio.CancelledError:  # the loop is going away: fail everything, hang nothing
                 _fail(batch + self._pending, CodecStageError("the codec stage's worker was cancelled"))
                 self._pending = []
                 raise
             except Exception as exc:  # every stream of the batch raises it; the others go on
-                error = CodecStageError(f"the codec failed on a batch of {len(batch)} windows of {length} "
+                error = CodecStageError(f"the codec failed on a batch of {len(batch)} windows of {shape[1]} "
                                         f"frames: {type(exc).__name__}: {exc}")
                 error.__cause__ = exc
-                _fail(batch, error)
+                # a carried stream's state is lost with the batch: its later chunks fail too
+                broken = {j.stream for j in batch if j.stream is not None and j.stream.carried is not None}
+                _fail(batch + [j for j in self._pending if j.stream in broken], error)
+                self._pending = [j for j in self._pending if j.stream not in broken]
+                for stream in broken:
+                    stream.carried.release()
                 continue
+            finally:
+                for stream in self._decoding:
+                    if stream.closed:
+                        stream.carried.release()
+                self._decoding.clear()
             for job, chunk in zip(batch, chunks):
                 if not job.future.done():  # a closed stream's future is cancelled
                     job.future.set_result(chunk)
+
+
+def _heads(pending: list[Job]) -> list[Job]:
+    """The jobs a batch may take: a carried stream's first pending one (its chunks decode in
+    order), every other."""
+    seen, heads = set(), []
+    for job in pending:
+        if job.stream is None or job.stream.carried is None or job.stream not in seen:
+            heads.append(job)
+            seen.add(job.stream)
+    return heads
+
+
+def _shape(job: Job) -> tuple[str, int, bool]:
+    """What a batch's jobs share: a window's length; a carried chunk's new frames and whether
+    they end its stream (a stream already ended has none)."""
+    carried = None if job.stream is None else job.stream.carried
+    if carried is None:
+        return ("windows", job.window.codes.shape[1], False)
+    return ("carried", job.cut.new_frames(carried), job.cut.ends(carried))
 
 
 def _urgency(job: Job) -> tuple[int, float]:

@@ -14,6 +14,7 @@ from typing import Protocol
 
 import torch
 
+from reference.codec.carried import CarriedStream, Cut
 from reference.codec.geometry import StreamGeometry
 from reference.codec.model import Codec
 from reference.codec.streaming import ChunkCutter, Window
@@ -32,6 +33,7 @@ class Job:
     stream: StageStream | None  # None: a whole decode (CodecStage.decode)
     window: Window
     future: asyncio.Future
+    cut: Cut | None = None  # a carried stream's: where the window lies in the stream
 
 
 @dataclass
@@ -51,6 +53,8 @@ class Stage(Protocol):
 
     def _submit(self, job: Job) -> None: ...
 
+    def carried_stream(self, geometry: StreamGeometry) -> CarriedStream | None: ...
+
     def _drop(self, stream: StageStream) -> None: ...
 
 
@@ -60,6 +64,7 @@ class StageStream:
     def __init__(self, stage: Stage, geometry: StreamGeometry) -> None:
         self.stage = stage
         self.cutter = ChunkCutter(geometry, stage.codec.cfg.num_codebooks)
+        self.carried = stage.carried_stream(geometry)  # None: its chunks decode windows
         self._room = asyncio.Semaphore(stage.max_inflight_chunks)
         self._out: asyncio.Queue = asyncio.Queue()  # futures of the chunks in order, then _END or an error
         self.inflight = 0  # chunks submitted and not yet delivered
@@ -103,7 +108,11 @@ class StageStream:
             self.stage.record.most_inflight = max(self.stage.record.most_inflight, self.inflight)
             future = asyncio.get_running_loop().create_future()
             self._out.put_nowait(future)
-            self.stage._submit(Job(self, self.cutter.cut(), future))
+            if self.carried is None:
+                self.stage._submit(Job(self, self.cutter.cut(), future))
+            else:
+                cut = Cut.of(self.cutter)
+                self.stage._submit(Job(self, cut.window, future, cut))
 
     async def next_chunk(self) -> torch.Tensor | None:
         """The next PCM chunk [frames * 960], None after the last; raises a codec or producer error."""

@@ -5,7 +5,8 @@ fail-fast errors).
     python -m reference.deploy FILE|NAME --platform cuda [--set key=value ...] [--json]
 
 FILE is any deploy file in vllm-omni's format (ours or upstream's); NAME a profile in
-reference/deploy/profiles/ (default, low_latency, high_throughput, h200_v2). `--set` takes dotted
+reference/deploy/profiles/ (default, low_latency, high_throughput, low_latency_v2,
+high_throughput_v2, h200_v2, many_streams_v2). `--set` takes dotted
 keys of the format, the value read as YAML (`--set stages.0.max_num_seqs=32`,
 `--set features.full_decode_cudagraphs=false`, `--set connectors.talker_to_code2wav.extra.codec_chunk_frames=50`,
 `--set model_runner=v1`). Values that nobody set are marked "default". Exit status 2 and the
