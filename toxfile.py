@@ -1,8 +1,8 @@
 """tox plugin (tox loads a project's toxfile.py by itself): one virtualenv for several tox
 environments, and no real-weights run without its weights.
 
-`cpu-dummy` (the tests), `conformance` (the main job), `regen`, `sanity`, `cpu-real`, `robust` and `mutations`
-install the same packages, so they share one folder (`env_dir` in tox.ini). tox 4 records which
+`cpu-dummy` (the tests), `conformance` (the main job), `regen`, `sanity`, `cpu-real`, `robust`, `mutations`
+and `dev` (the environment by hand: README.md's quickstart) install the same packages, so they share one folder (`env_dir` in tox.ini). tox 4 records which
 environment built a folder and rebuilds it when another one uses it ("env type changed", about
 90 s for vLLM and torch). Environments with `runner = shared-virtualenv` hand the folder over
 instead; everything else tox records (Python, deps, package) is still compared, so a real change

@@ -12,7 +12,8 @@ past their first chunks, and each chunk taken), on the stage's device, float32 a
 it, the chunks copied to the host, after warm-up decodes, `--repeats` times, and reports the median
 and range in ms, the ms per new frame (the decode's cost per frame of audio it emits), and the
 stage's capacity: B chunks of audio per decode, in audio seconds per second. On CUDA windows are
-timed twice: replaying the warm-up's CUDA graph (`path` graph) and eagerly. The
+timed twice: replaying the warm-up's CUDA graph (`path` graph) and eagerly; so are carried chunks
+(`carried graph`, reference/codec/carried_graphs.py, and `carried`). The
 talker, at c streams and `--step-ms` per step, makes c frames of audio a step (c x 0.04 s): where
 the capacity at B = c is below that, the stage falls behind and first audio waits
 (benchmarks/results/2026-12-01-h200-codec-graphs-a/NOTES.md: first PCM at 16 and 64 streams).
@@ -48,7 +49,7 @@ def time_decodes(stage: CodecStage, windows: list[Window], repeats: int, warmup:
     return samples
 
 
-def time_carried(stage: CodecStage, codes: torch.Tensor, repeats: int, warmup: int = 3) -> list[float]:
+def time_carried(stage: CodecStage, codes: torch.Tensor, repeats: int, warmup: int = 3, graphs=None) -> list[float]:
     """ms per steady carried chunk of B streams: codes [B, 8, chunk] pushed into each (`advance`,
     as CodecStage.decode_carried) and each stream's chunk taken and copied to the host. The streams
     first decode a window's worth of frames, so every timed chunk is a steady one."""
@@ -61,7 +62,7 @@ def time_carried(stage: CodecStage, codes: torch.Tensor, repeats: int, warmup: i
     samples = []
     for i in range(warmup + repeats):
         start = time.perf_counter()
-        advance(streams, codes, last=False)
+        advance(streams, codes, last=False, graphs=graphs)
         [s.take(emitted, chunk).cpu() for s in streams]
         samples.append(1000 * (time.perf_counter() - start))
         emitted += chunk
@@ -87,15 +88,19 @@ def measure(codec, geometry, batches: list[int], repeats: int, step_ms: float) -
         codes = torch.randint(0, 1024, (batch, codec.cfg.num_codebooks, window),
                               generator=torch.Generator().manual_seed(batch))
         windows = [Window(c, g.left_context_frames, g.chunk_frames) for c in codes]
-        for path in ["graph"] * (graphs is not None) + ["eager"] + ["carried"] * (why is None):
+        paths = ["graph"] * (graphs is not None) + ["eager"]
+        paths += ["carried graph"] * (carried.carried_graphs is not None) + ["carried"] * (why is None)
+        for path in paths:
             stage.graphs = graphs if path == "graph" else None
-            if path == "carried":
-                samples = time_carried(carried, codes[:, :, : g.chunk_frames], repeats)
+            if path.startswith("carried"):
+                samples = time_carried(carried, codes[:, :, : g.chunk_frames], repeats,
+                                       graphs=carried.carried_graphs if path == "carried graph" else None)
             else:
                 samples = time_decodes(stage, windows, repeats)
             ms = statistics.median(samples)
             rows.append({
-                "batch": batch, "path": path, "decoded_frames": g.chunk_frames if path == "carried" else window,
+                "batch": batch, "path": path,
+                "decoded_frames": g.chunk_frames if path.startswith("carried") else window,
                 "new_frames": g.chunk_frames, "ms_per_decode": ms, "spread_ms": spread(samples),
                 "ms_per_new_frame": ms / (batch * g.chunk_frames),
                 "capacity_audio_s_per_s": batch * chunk_s / (ms / 1000),
@@ -126,11 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     codec = load_codec(cached_checkpoint(args.size, 0, "no_eoc"), device=device)
     rows = measure(codec, deployment.geometry, args.batches, args.repeats, args.step_ms)
     print(f"codec on {device}, {args.size} checkpoint, {deployment.profile}: chunks of {rows[0]['new_frames']} frames")
-    print(f"{'batch':>5} {'path':>7} {'frames':>6} {'ms/decode':>20} {'ms/new frame':>12} {'stage audio s/s':>16} "
+    print(f"{'batch':>5} {'path':>13} {'frames':>6} {'ms/decode':>20} {'ms/new frame':>12} {'stage audio s/s':>16} "
           f"{'talker audio s/s':>17}")
     for r in rows:
         low, high = r["spread_ms"]
-        print(f"{r['batch']:>5} {r['path']:>7} {r['decoded_frames']:>6} {r['ms_per_decode']:>8.2f} ({low:.2f}-{high:.2f}) "
+        print(f"{r['batch']:>5} {r['path']:>13} {r['decoded_frames']:>6} {r['ms_per_decode']:>8.2f} ({low:.2f}-{high:.2f}) "
               f"{r['ms_per_new_frame']:>12.4f} {r['capacity_audio_s_per_s']:>16.1f} {r['talker_audio_s_per_s']:>17.1f}")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out = {"profile": deployment.profile, "platform": platform, "device": str(device), "size": args.size,

@@ -446,6 +446,8 @@ def test_a_geometry_short_of_the_decoders_reach_decodes_windows():
     assert stage.open(StreamGeometry(8, 25, 8, 0)).carried is None  # upstream's V2 geometry: its windows' edges
     assert stage.open(SMALL).carried is not None
     assert CodecStage(fixture_codec(), 4, 2, carried=False).open(SMALL).carried is None
+    assert CodecStage(fixture_codec(), 4, 2, geometry=SMALL).decodes == "carried"
+    assert CodecStage(fixture_codec(), 4, 2, geometry=StreamGeometry(8, 25, 8, 0)).decodes == "windows"
 
 
 def test_an_aborted_stream_frees_its_state_and_the_next_stream_starts_from_zeros():
@@ -514,3 +516,31 @@ def test_streams_side_by_side_hold_slots_of_their_own():
     slots = asyncio.run(run())
     assert None not in slots and len(set(slots)) == 5, slots  # five slots although the batch is 4: the pool grew
     assert stage.carried_slots_in_use == 0
+
+
+@pytest.mark.gpu
+def test_on_cuda_warm_captures_carried_steps_and_replays_stitch_into_the_offline_decode():
+    codec = copy.deepcopy(fixture_codec("tiny")).to("cuda")
+    stage = CodecStage(codec, 8, 2, geometry=SMALL)
+    new_frames = stage.warm()
+    assert stage.carried_graphs.captured == [(b, n) for n in new_frames for b in (8, 4, 2, 1)]
+    clips = [codes_of(60, seed) for seed in range(3)]  # 3 streams: bucket 4, its last row slot 0
+    streamed = asyncio.run(lockstep(stage, clips))
+    assert stage.record.replayed > 0
+    for codes, chunks in zip(clips, streamed):
+        measured = agreement(torch.cat(chunks), codec.decode(codes))
+        assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], measured
+    assert stage.carried_slots_in_use == 0
+
+
+@pytest.mark.gpu
+def test_on_cuda_a_grown_pool_steps_eagerly_and_still_stitches():
+    codec = copy.deepcopy(fixture_codec("tiny")).to("cuda")
+    stage = CodecStage(codec, 1, 2, geometry=SMALL)  # graphs for 2 slots
+    stage.warm()
+    clips = [codes_of(30, seed) for seed in range(5)]  # 5 streams at once: the pool grows
+    streamed = asyncio.run(lockstep(stage, clips))
+    assert stage.carried_graphs.generation != stage.carried_graphs.pool.generation
+    for codes, chunks in zip(clips, streamed):
+        measured = agreement(torch.cat(chunks), codec.decode(codes))
+        assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], measured

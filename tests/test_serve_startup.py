@@ -49,6 +49,8 @@ def test_a_build_other_than_the_profile_fails_naming_the_key_and_both_values():
 
 
 class WarmingStage:
+    decodes = "windows"
+
     def __init__(self):
         self.warmed = 0
 

@@ -74,7 +74,7 @@ MUTATIONS = [
      "**deployment_engine_kwargs(deployment))", "**{**deployment_engine_kwargs(deployment), \"max_num_seqs\": 3})",
      PLAIN),
     ("a queue without a limit (every request waits for a slot, none is turned away)", ADMISSION,
-     "if self._slots.locked() and self.waiting >= limits.max_waiting_requests:", "if False:",
+     "if self.waiting >= limits.max_waiting_requests:", "if False:",
      (LIMITS, "-k", "overload")),
     ("a server that keeps running on a dead engine (the watchdog's exit dropped)", MAIN,
      "    exits.append(ENGINE_DEAD_EXIT)\n", "    return\n", (LIMITS,)),

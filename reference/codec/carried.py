@@ -14,10 +14,12 @@ frames of look-ahead give a chunk all its samples). Offline, every layer pads it
 at both ends; here every state starts as zeros (the padding in front), each layer's samples before
 the stream's start are set to zero, and a stream ends with `lag_frames` zero frames pushed after its
 last one, each layer's samples past the end set to zero. The stream is then the offline decode up to
-float rounding, however it is chunked (conformance/cases/codec/carried.yaml).
+float rounding, however it is chunked (conformance/codec/test_stream_vs_offline.py runs it on every
+geometry of conformance/cases/codec/streaming.yaml).
 
-States live in a `StatePool`, one slot per stream; `step` decodes a batch of streams, each with the
-same number of new frames, gathering their slots and writing them back.
+States live in a `StatePool`, one slot per stream; `advance` decodes a batch of streams, each with
+the same number of new frames, gathering their slots and writing them back (from a CUDA graph where
+reference/codec/carried_graphs.py holds one); each stream keeps the PCM made until its chunk is taken.
 """
 
 from __future__ import annotations
@@ -148,13 +150,13 @@ class CarriedDecoder:
                 "the offline decode, and only a windowed decode gives them")
 
     @torch.no_grad()
-    def step(self, hidden: torch.Tensor, states: list[torch.Tensor], starts: list[int],
-             ends: list[int | None]) -> torch.Tensor:
+    def step(self, hidden: torch.Tensor, states: list[torch.Tensor], starts: torch.Tensor,
+             ends: torch.Tensor) -> torch.Tensor:
         """hidden [B, 256, n]: each stream's next n decoder-input frames (fc2's output; zeros past a
-        stream's end); states: per layer [B, C, state_len], updated in place; starts: frames each
-        stream pushed before; ends: each stream's frame count once known. -> PCM [B, n * 960], the
-        samples from starts[b] * 960 - lag on."""
-        n = hidden.shape[2]
+        stream's end); states: per layer [B, C, state_len], updated in place; starts [B]: frames each
+        stream pushed before; ends [B]: each stream's frame count (NO_END before it is known); both
+        on hidden's device. -> PCM [B, n * 960], the samples from starts * 960 - lag on. Row by row,
+        and nothing waits for the device: a CUDA graph can hold it (reference/codec/carried_graphs.py)."""
         x = hidden
         for layer, state in zip(self.layers, states):
             buffer = torch.cat([state, x], dim=2)  # [B, C, state_len + new]
@@ -164,33 +166,29 @@ class CarriedDecoder:
                 snake, op = op
                 buffer = snake(buffer)
             x = op(buffer)
-            x = _zero_outside(x, layer, starts, ends, n)
+            # The samples before each stream's start and past its end are zeros (offline: padding).
+            positions = torch.arange(x.shape[2], device=x.device) + (starts * layer.scale - layer.lag)[:, None]
+            x = x * ((positions >= 0) & (positions < ends[:, None] * layer.scale)).unsqueeze(1).to(x.dtype)
         return self.tanh(x)[:, 0]
 
 
-def _zero_outside(x: torch.Tensor, layer: _Layer, starts: list[int], ends: list[int | None], n: int) -> torch.Tensor:
-    """Sets the samples before each stream's start and past its end to zero (offline: padding)."""
-    first = [f * layer.scale - layer.lag for f in starts]  # position of each row's first sample
-    limits = [None if e is None else e * layer.scale for e in ends]
-    if min(first) >= 0 and all(e is None or f + x.shape[2] <= e for f, e in zip(first, limits)):
-        return x  # the steady state: nothing to clear
-    positions = torch.arange(x.shape[2], device=x.device)[None, :] + torch.tensor(first, device=x.device)[:, None]
-    top = torch.tensor([torch.iinfo(torch.long).max if e is None else e for e in limits], device=x.device)
-    keep = (positions >= 0) & (positions < top[:, None])  # [B, samples]
-    return x * keep[:, None, :].to(x.dtype)
+NO_END = 1 << 40  # a stream's end before it is known, in frames
 
 
 class StatePool:
     """The carried states of many streams: per layer a [slots, C, state_len] tensor on the codec's
     device; a stream holds one slot from its first step until it is released. A slot handed out
-    again starts from zeros: no stream sees another's state."""
+    again starts from zeros: no stream sees another's state. Slot 0 is nobody's: the rows a CUDA
+    graph pads its batch with read and write it. Growing moves every state (`generation` counts
+    the moves: a graph captured before one no longer holds the states)."""
 
     def __init__(self, decoder: CarriedDecoder, slots: int = 8) -> None:
         self.decoder = decoder
         self._pool: list[torch.Tensor] = []
         self._free: list[int] = []
-        self.capacity = 0
-        self._grow(slots)
+        self.capacity = 1  # slot 0
+        self.generation = 0
+        self._grow(slots + 1)
 
     def _grow(self, slots: int) -> None:
         p = self.decoder.codec.codebooks
@@ -201,10 +199,11 @@ class StatePool:
         self._pool = grown
         self._free += range(self.capacity, slots)
         self.capacity = slots
+        self.generation += 1
 
     @property
     def in_use(self) -> int:
-        return self.capacity - len(self._free)
+        return self.capacity - 1 - len(self._free)
 
     def acquire(self) -> int:
         if not self._free:
@@ -216,18 +215,24 @@ class StatePool:
         return slot
 
     def release(self, slot: int) -> None:
-        if slot in self._free or not 0 <= slot < self.capacity:
+        if slot in self._free or not 0 < slot < self.capacity:
             raise ValueError(f"StatePool.release: slot {slot} is not in use")
         self._free.append(slot)
 
-    def step(self, slots: list[int], hidden: torch.Tensor, starts: list[int], ends: list[int | None]) -> torch.Tensor:
-        """CarriedDecoder.step on the streams holding `slots`, their states read and written back."""
-        index = torch.tensor(slots, device=hidden.device)
-        states = [pool.index_select(0, index) for pool in self._pool]  # [B, C, state_len] each
+    def step(self, hidden: torch.Tensor, slots: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+        """CarriedDecoder.step on the streams holding `slots` [B] (a device tensor), their states
+        read and written back."""
+        states = [pool.index_select(0, slots) for pool in self._pool]  # [B, C, state_len] each
         pcm = self.decoder.step(hidden, states, starts, ends)
         for pool, state in zip(self._pool, states):
-            pool.index_copy_(0, index, state)
+            pool.index_copy_(0, slots, state)
         return pcm
+
+    def step_codes(self, codes: torch.Tensor, slots: torch.Tensor, starts: torch.Tensor,
+                   ends: torch.Tensor) -> torch.Tensor:
+        """`step` from real codes [B, 8, n] (the RVQ and fc2 first): what a CUDA graph captures."""
+        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):  # as Codec.decode
+            return self.step(self.decoder.codec.quantized(codes), slots, starts, ends)
 
 
 class CarriedStream:
@@ -271,32 +276,38 @@ class CarriedStream:
             self._pcm = torch.cat([self._pcm, pcm])
 
 
-def advance(streams: list[CarriedStream], codes: torch.Tensor, last: bool) -> None:
+def advance(streams: list[CarriedStream], codes: torch.Tensor, last: bool, graphs=None) -> None:
     """Decodes each stream's next frames, codes [B, 8, n] (real, checked), as one batch; with
-    `last`, each stream ends after them. Streams without a slot take one."""
+    `last`, each stream ends after them. Streams without a slot take one. `graphs`
+    (reference/codec/carried_graphs.py) replays the batch where one of its graphs holds it."""
     pool = streams[0].pool
     decoder, codec = pool.decoder, pool.decoder.codec
     device, n = codec.codebooks.device, codes.shape[2]
     if any(s.ended for s in streams):
         raise RuntimeError("carried decode: frames pushed after a stream's end")
-    if n:
-        hidden = codec.quantized(codes.to(device=device, dtype=torch.long))  # [B, 256, n]
-    else:
-        hidden = codec.codebooks.new_zeros(len(streams), codec.cfg.acoustic_hidden_size, 0)
-    if last:  # zero frames past the end bring out the last `lag` samples
-        hidden = F.pad(hidden, (0, decoder.lag_frames))
-    if hidden.shape[2] == 0:
+    if n == 0 and not last:
         return  # nothing new
     for s in streams:
         if s.slot is None:
             s.slot = pool.acquire()
-    starts = [s.pushed for s in streams]
-    ends = [s.pushed + n if last else None for s in streams]
-    with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):  # as Codec.decode
-        pcm = pool.step([s.slot for s in streams], hidden, starts, ends)  # [B, samples]
+    rows = torch.tensor([[s.slot for s in streams], [s.pushed for s in streams],
+                         [s.pushed + n if last else NO_END for s in streams]])  # [3, B]
+    if device.type == "cuda":
+        rows = rows.pin_memory()  # copied beside the device's work, not after it
+    slots, starts, ends = rows.to(device, non_blocking=True)
+    codes = codes.to(device=device, dtype=torch.long)
+    pcm = None if graphs is None or last else graphs(codes, slots, starts, ends)
+    if pcm is not None:
+        pcm = pcm.clone()  # the graph's output is overwritten by its next replay
+    elif last:  # zero frames past the end bring out the last `lag` samples
+        hidden = codec.quantized(codes) if n else codec.codebooks.new_zeros(len(streams), codec.cfg.acoustic_hidden_size, 0)
+        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):  # as Codec.decode
+            pcm = pool.step(F.pad(hidden, (0, decoder.lag_frames)), slots, starts, ends)
+    else:
+        pcm = pool.step_codes(codes, slots, starts, ends)  # [B, samples]
     hop = codec.hop_length
-    for s, row, start in zip(streams, pcm, starts):
-        s._append(row, start * hop - decoder.lag, (start + n) * hop if last else None)
+    for s, row in zip(streams, pcm):
+        s._append(row, s.pushed * hop - decoder.lag, (s.pushed + n) * hop if last else None)
         s.pushed += n
         if last:
             s.ended = True

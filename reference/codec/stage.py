@@ -50,6 +50,7 @@ from collections.abc import AsyncIterator
 import torch
 
 from reference.codec.carried import CarriedDecoder, CarriedStream, Cut, StatePool, advance
+from reference.codec.carried_graphs import CarriedGraphs
 from reference.codec.geometry import StreamGeometry
 from reference.codec.graphs import DecodeGraphs
 from reference.codec.model import Codec
@@ -83,6 +84,7 @@ class CodecStage:
         self.max_inflight_chunks = _setting(INFLIGHT_SETTING, max_inflight_chunks)
         self.record = StageRecord()
         self.graphs: DecodeGraphs | None = None  # captured by warm() on CUDA
+        self.carried_graphs: CarriedGraphs | None = None  # likewise, where streams carry their state
         self._pending: list[Job] = []
         self._worker: asyncio.Task | None = None
         self._pool: StatePool | None = None  # the carried streams' states, made at the first
@@ -124,7 +126,11 @@ class CodecStage:
                 advance([carried], cut.new_codes(carried)[None], last=False)
                 cut.take(carried).cpu()  # .cpu(): waits for it
             carried.release()
-            return list(dict.fromkeys(decoded))
+            decoded = list(dict.fromkeys(decoded))
+            if self.codec.codebooks.device.type == "cuda":
+                self.carried_graphs = self.carried_graphs or CarriedGraphs(carried.pool, self.max_batch_size)
+                self.carried_graphs.capture(decoded)
+            return decoded
         lengths = list(dict.fromkeys(w.codes.shape[1] for w in cutter.windows()))
         for length in lengths:
             self.codec.decode_batch(torch.zeros(1, books, length, dtype=torch.long)).cpu()  # .cpu(): waits for it
@@ -180,11 +186,16 @@ class CodecStage:
         """A new stream's place in the stage's StatePool, or None where it decodes windows."""
         if not self.carried:
             return None
-        pool = self._pool or StatePool(CarriedDecoder(self.codec), slots=self.max_batch_size)
+        pool = self._pool or StatePool(CarriedDecoder(self.codec), slots=2 * self.max_batch_size)
         if pool.decoder.refusal(geometry) is not None:
             return None
         self._pool = pool
         return CarriedStream(pool)
+
+    @property
+    def decodes(self) -> str:
+        """How the stage's geometry is decoded: "carried" (each frame once) or "windows"."""
+        return "windows" if self.geometry is None or self.carried_stream(self.geometry) is None else "carried"
 
     @property
     def carried_slots_in_use(self) -> int:
@@ -203,7 +214,10 @@ class CodecStage:
         streams = [j.stream.carried for j in jobs]
         _, new, last = _shape(jobs[0])
         if new or last:
-            advance(streams, torch.stack([j.cut.new_codes(s) for j, s in zip(jobs, streams)]), last)  # [B, 8, new]
+            codes = torch.stack([j.cut.new_codes(s) for j, s in zip(jobs, streams)])  # [B, 8, new]
+            replays = self.carried_graphs.graphs.replays if self.carried_graphs else 0
+            advance(streams, codes, last, self.carried_graphs)
+            self.record.replayed += self.carried_graphs is not None and self.carried_graphs.graphs.replays > replays
         return [j.cut.take(s) for j, s in zip(jobs, streams)]
 
     def decode_windows(self, windows: list[Window]) -> list[torch.Tensor]:

@@ -1,6 +1,6 @@
 """An OpenAI-compatible speech server over the reference talker (AsyncLLM) and codec.
 
-    python -m reference.serve --profile default --model DIR [--host 127.0.0.1 --port 8000]
+    higgs-serve --model DIR [--profile default] [--host 127.0.0.1 --port 8000]    (or python -m reference.serve)
 
 - protocol.py  the request body: OpenAI's speech fields plus the talker's, each error naming its field
 - voices.py    named voices (a folder of WAVs) and reference WAVs sent in the request

@@ -1,7 +1,12 @@
 """Serve Higgs Audio v3 speech over HTTP, OpenAI-compatible.
 
-    python -m reference.serve --profile default --model DIR [--host 127.0.0.1 --port 8000]
+    higgs-serve --model DIR [--profile default] [--host 127.0.0.1 --port 8000]    (or python -m reference.serve)
         [--platform cpu|cuda|...] [--set KEY=VALUE ...] [--voices DIR] [--served-model-name NAME]
+
+Clients name the model `higgs-audio-v3-tts-4b` (SERVED_MODEL_NAME), whatever folder holds the
+checkpoint, unless --served-model-name says otherwise. Ctrl-C (SIGINT) stops the server.
+The arguments are read before torch, vLLM or the web stack are imported: --help and a bad
+argument answer at once.
 
 The deploy profile (a name in reference/deploy/profiles/ or a path) is resolved for the platform
 (default: cuda when torch sees a GPU, else cpu) with the `--set` overrides (dotted keys of the
@@ -72,7 +77,7 @@ def build_service(args):
     limits = Limits(max_body_bytes=args.max_body_bytes)
     service = Service(
         speaker=speaker,
-        model_name=args.served_model_name or Path(args.model).name,
+        model_name=args.served_model_name,
         runner=deployment.runner,
         profile=deployment.profile,
         max_model_len=max_model_len,
@@ -93,8 +98,9 @@ async def start(engine, deployment, stage) -> None:
     await check_engine_build(engine, deployment)
     began = time.monotonic()
     lengths = await asyncio.to_thread(stage.warm)
-    logging.getLogger("higgs_ref.serve").info("warmed the code2wav stage: windows of %s frames in %.0f ms",
-                                              ", ".join(map(str, lengths)), 1000 * (time.monotonic() - began))
+    logging.getLogger("higgs_ref.serve").info("warmed the code2wav stage (%s): decodes of %s frames in %.0f ms",
+                                              stage.decodes, ", ".join(map(str, lengths)),
+                                              1000 * (time.monotonic() - began))
 
 
 async def check_engine_build(engine, deployment) -> None:
@@ -114,17 +120,24 @@ def _positive(text: str) -> int:
     return value
 
 
+SERVED_MODEL_NAME = "higgs-audio-v3-tts-4b"  # the model's name (bosonai/higgs-audio-v3-tts-4b), as clients send it
+
+
 def parse_args(argv: Sequence[str] | None = None):
-    parser = argparse.ArgumentParser(prog="python -m reference.serve", description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="default", help="deploy profile: a name or a path")
-    parser.add_argument("--model", required=True, help="the checkpoint folder")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser = argparse.ArgumentParser(prog="higgs-serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="default", help="deploy profile: a name or a path (default: %(default)s)")
+    parser.add_argument("--model", required=True, metavar="DIR",
+                        help="the checkpoint folder (a dummy one: python -m higgs_dummy DIR)")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8000, help="(default: %(default)s)")
     parser.add_argument("--platform", default=None, help="cuda, rocm, npu, xpu, musa or cpu (default: detected)")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--voices", default=None, help="a folder of NAME.wav (+ NAME.txt) named voices")
-    parser.add_argument("--served-model-name", default=None, help="the `model` clients send (default: the folder name)")
-    parser.add_argument("--max-body-bytes", type=_positive, default=8 << 20, help="the largest request body")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="a deploy key of the profile, dotted (stages.0.max_num_seqs=4); repeatable")
+    parser.add_argument("--voices", default=None, metavar="DIR", help="a folder of NAME.wav (+ NAME.txt) named voices")
+    parser.add_argument("--served-model-name", default=SERVED_MODEL_NAME, metavar="NAME",
+                        help=f"the `model` clients send (default: {SERVED_MODEL_NAME}, whatever the folder's name)")
+    parser.add_argument("--max-body-bytes", type=_positive, default=8 << 20, metavar="N",
+                        help="the largest request body (default: %(default)s)")
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
 
@@ -151,11 +164,12 @@ def exit_on_engine_death(server, exits: list[int]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)  # first: --help and a bad argument need none of the imports below
+
     import uvicorn
 
     from reference.serve.app import build_app
 
-    args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper())
     try:
         service, engine, deployment = build_service(args)
@@ -167,7 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     on_shutdown=engine.shutdown, on_engine_dead=lambda: exit_on_engine_death(server, exits))
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                            timeout_graceful_shutdown=GRACEFUL_S))
-    server.run()
+    try:
+        server.run()
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn has stopped (the engine too), then re-raised SIGINT into asyncio
+        pass
     if exits:
         print("error: the talker engine died; exiting so that a supervisor can restart the server", file=sys.stderr)
         return exits[0]

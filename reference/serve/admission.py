@@ -12,12 +12,23 @@ audio byte (the server sends its status only once the first audio is ready, refe
 Retry-After is `max_queue_wait_s` rounded up: by then every request waiting now has started or
 been turned away. A slot is held from admission until the request's engine work ends (its last
 row, an error or an abort); `Ticket.release` may be called more than once.
+
+The counts are exact whatever the arrivals' timing: `running` and the line of waiters' futures
+are changed only by synchronous code on the event loop, so a decision never waits for a task to
+resume. A freed slot goes straight to the oldest waiter's future and counts as running from that
+moment (never also as waiting); a waiter cancelled (its client left) or timed out leaves the line
+at once, and one cancelled after its slot was handed over gives that slot on. Hence
+running <= slots and waiting <= max_waiting_requests at every instant, and while anyone waits
+every slot is running. `refuse_all` turns away every waiter, and every later arrival, with one
+error (the server's dead engine).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from reference.serve.metrics import ServeMetrics
@@ -57,20 +68,28 @@ class ServingLimits:
 class Ticket:
     """A slot held; `release()` gives it back (once, however often it is called)."""
 
-    def __init__(self, semaphore: asyncio.Semaphore):
-        self._semaphore: asyncio.Semaphore | None = semaphore
+    def __init__(self, admission: Admission):
+        self._admission: Admission | None = admission
 
     def release(self) -> None:
-        if self._semaphore is not None:
-            self._semaphore.release()
-            self._semaphore = None
+        if self._admission is not None:
+            admission, self._admission = self._admission, None
+            admission._hand_over()
 
 
 class Admission:
     def __init__(self, limits: ServingLimits, metrics: ServeMetrics):
         self.limits, self.metrics = limits, metrics
-        self._slots = asyncio.Semaphore(limits.slots)
-        self.waiting = 0
+        self.running = 0  # slots held by tickets, handed-over ones included
+        self._line: deque[asyncio.Future] = deque()  # the waiters' futures, oldest first
+        self._refusal: Callable[[], BaseException] | None = None
+        metrics.queue_depth.set_function(lambda: self.waiting)  # read at scrape time: never stale
+
+    @property
+    def waiting(self) -> int:
+        """Futures still pending: a waiter cancelled in this pass has left the line already, though
+        its task removes the future only when it resumes."""
+        return sum(not future.done() for future in self._line)
 
     @property
     def retry_after_s(self) -> int:
@@ -82,20 +101,53 @@ class Admission:
                                               f"retry after {self.retry_after_s} s", self.retry_after_s)
 
     async def admit(self) -> Ticket:
-        """A slot, at once or after waiting in line; raises Overloaded past either limit."""
+        """A slot, at once or after waiting in line; raises Overloaded past either limit, or
+        `refuse_all`'s error."""
         limits = self.limits
-        if self._slots.locked() and self.waiting >= limits.max_waiting_requests:
+        if self._refusal is not None:
+            raise self._refusal()
+        if self.running < limits.slots:  # nobody waits while a slot is free
+            self.running += 1
+            return Ticket(self)
+        if self.waiting >= limits.max_waiting_requests:
             raise self._refuse("max_waiting_requests", f"all {limits.slots} talker slots are busy and "
                                                        f"{self.waiting} requests wait for one "
                                                        f"(serving.max_waiting_requests {limits.max_waiting_requests})")
-        self.waiting += 1
-        self.metrics.queue_depth.set(self.waiting)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._line.append(future)
+        timer = loop.call_later(limits.max_queue_wait_s, self._expire, future)
         try:
-            await asyncio.wait_for(self._slots.acquire(), limits.max_queue_wait_s)
-        except TimeoutError:
-            raise self._refuse("max_queue_wait_s", f"no talker slot of {limits.slots} came free within "
-                                                   f"serving.max_queue_wait_s {limits.max_queue_wait_s:g} s") from None
+            return await future
+        except asyncio.CancelledError:  # the client left
+            if future in self._line:
+                self._line.remove(future)
+            elif not future.cancelled() and future.exception() is None:
+                future.result().release()  # its slot was handed over in the same pass: on to the next
+            raise
         finally:
-            self.waiting -= 1
-            self.metrics.queue_depth.set(self.waiting)
-        return Ticket(self._slots)
+            timer.cancel()
+
+    def _expire(self, future: asyncio.Future) -> None:
+        if not future.done():  # still waiting: no slot, refusal or cancellation came first
+            self._line.remove(future)
+            future.set_exception(self._refuse("max_queue_wait_s", f"no talker slot of {self.limits.slots} came free "
+                                                                  f"within serving.max_queue_wait_s "
+                                                                  f"{self.limits.max_queue_wait_s:g} s"))
+
+    def _hand_over(self) -> None:
+        """A slot given back: to the oldest waiter (it runs from now on), else free."""
+        while self._line:
+            future = self._line.popleft()
+            if not future.done():
+                future.set_result(Ticket(self))
+                return
+        self.running -= 1
+
+    def refuse_all(self, error: Callable[[], BaseException]) -> None:
+        """Every waiter, and every later arrival, gets `error()` (a new exception each)."""
+        self._refusal = error
+        while self._line:
+            future = self._line.popleft()
+            if not future.done():
+                future.set_exception(error())

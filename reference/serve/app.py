@@ -17,10 +17,13 @@ import time
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
+from vllm.v1.engine.exceptions import EngineDeadError
 
 from reference.serve.admission import Admission, Overloaded
 from reference.serve.audio import Speaker, Usage
@@ -37,7 +40,11 @@ logger = logging.getLogger("higgs_ref.serve")
 MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", **{name: f.media_type for name, f in FORMATS.items()}}
 # Raw PCM has no header of its own: its answers describe it (a whole one too). The others' do.
 PCM_HEADERS = {"pcm": {"X-Sample-Rate": str(SAMPLE_RATE), "X-Channels": "1", "X-Bit-Depth": "16"}}
-ENGINE_WATCH_S = 0.5  # how often the watchdog asks whether the engine is alive
+ENGINE_WATCH_S = 0.05  # how often the watchdog asks whether the engine is alive (an attribute read)
+# What a client and the log are told once the engine is dead (vLLM's own EngineDeadError points the
+# reader at a stack trace "above", in a log the client cannot see).
+ENGINE_DEAD = ("the talker engine is dead (its core process or its output loop stopped); the server exits so that "
+               "its supervisor can restart it")
 
 
 @dataclass
@@ -144,11 +151,14 @@ class ClosingStreamingResponse(StreamingResponse):
     garbage collector, some time later) reaches the engine.
     `sends_waiting` counts the sends in progress: the server's send returns at once unless the
     client's socket and the transport's buffer are full, so at a scrape (same event loop) the gauge
-    is the number of responses held back by their client."""
+    is the number of responses held back by their client.
+    A body that fails after the status line goes to `on_failure` (the one log line) and the
+    response returns unfinished: uvicorn closes the connection without the last chunk, so no client
+    takes it for a finished answer, and its own line for that is dropped (`CutBodyLogged`)."""
 
-    def __init__(self, content, *, sends_waiting, **kwargs):
+    def __init__(self, content, *, sends_waiting, on_failure, **kwargs):
         super().__init__(content, **kwargs)
-        self.sends_waiting = sends_waiting
+        self.sends_waiting, self.on_failure = sends_waiting, on_failure
 
     async def __call__(self, scope, receive, send):
         async def counted_send(message):
@@ -157,8 +167,23 @@ class ClosingStreamingResponse(StreamingResponse):
 
         try:
             await super().__call__(scope, receive, counted_send)
+        except ClientDisconnect:
+            raise
+        except Exception as exc:
+            self.on_failure(exc)
         finally:
             await self.body_iterator.aclose()
+
+
+class CutBodyLogged(logging.Filter):
+    """Drops uvicorn's error line for a response that returned unfinished: the app leaves a body
+    unfinished only after logging its failure (ClosingStreamingResponse)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "ASGI callable returned without completing response."
+
+
+CUT_BODY_LOGGED = CutBodyLogged()
 
 
 async def _pcm(first, chunks, fmt: str, speed: float = 1.0):
@@ -201,7 +226,7 @@ async def _chain(first, chunks):
 
 async def _audio(first, chunks, fmt: str, speed: float):
     """Raw audio bytes. A failure after the status line ends the chunked body without its last
-    chunk (uvicorn closes the connection), so no client takes it for a finished answer."""
+    chunk (ClosingStreamingResponse)."""
     try:
         async for data in _pcm(first, chunks, fmt, speed):
             yield data
@@ -209,17 +234,17 @@ async def _audio(first, chunks, fmt: str, speed: float):
         await chunks.aclose()
 
 
-async def _sse(first, chunks, fmt: str, speed: float, usage: Usage):
+async def _sse(first, chunks, fmt: str, speed: float, usage: Usage, on_failure):
     """OpenAI's speech events: `speech.audio.delta` with base64 audio (the bytes of the audio
     stream, WAV header first for wav), then `speech.audio.done` with the request's `usage`; a
-    failure after the status line is an `error` event, and no `speech.audio.done` follows it."""
+    failure after the status line is an `error` event (`on_failure`'s error object, which also
+    logs it), and no `speech.audio.done` follows it."""
     try:
         async for data in _pcm(first, chunks, fmt, speed):
             yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
         yield _event({"type": "speech.audio.done", "usage": usage.openai()})
     except Exception as exc:
-        logger.exception("streamed speech failed after its first audio")
-        yield _event({"type": "error", "error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error"}})
+        yield _event({"type": "error", "error": on_failure(exc)})
     finally:
         await chunks.aclose()
 
@@ -229,7 +254,8 @@ def _event(data: dict) -> bytes:
 
 
 class EngineDead(Exception):
-    """A request that arrived after the engine died."""
+    """A request refused because the engine is dead: it arrived after the death, or was waiting
+    for a talker slot or its first audio then."""
 
 
 class ClientLeft(Exception):
@@ -268,13 +294,29 @@ async def watch_engine(engine, on_engine_dead, every_s: float = ENGINE_WATCH_S) 
     loop ended), even while no request is in flight."""
     while not engine.errored:
         await asyncio.sleep(every_s)
-    logger.error("the engine is dead: %s", engine_dead_cause(engine))
+    logger.error(ENGINE_DEAD)
     on_engine_dead()
 
 
-def engine_dead_cause(engine) -> str:
-    return (f"the talker engine is dead ({engine.dead_error}); the server exits so that its supervisor can "
-            "restart it")
+class EngineWatch:
+    """Whether the talker engine is dead, known from its first sign (vLLM's `errored`, or a
+    request that met vLLM's EngineDeadError) and for good: /health and every request ask this.
+    Knowing it turns away every request waiting for a talker slot, at once, with the dead-engine
+    503. `errored` is `dead()`, for the watchdog."""
+
+    def __init__(self, engine, admission: Admission | None):
+        self.engine, self.admission, self.known = engine, admission, False
+
+    @property
+    def errored(self) -> bool:
+        return self.dead()
+
+    def dead(self, exc: BaseException | None = None) -> bool:
+        if not self.known and (self.engine.errored or isinstance(exc, EngineDeadError)):
+            self.known = True
+            if self.admission is not None:
+                self.admission.refuse_all(EngineDead)
+        return self.known
 
 
 def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dead=None) -> FastAPI:
@@ -283,14 +325,16 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
     (called once when the engine dies while the app serves: the server's exit)."""
     from contextlib import asynccontextmanager
 
+    watch = EngineWatch(service.api.engine, service.admission)
+
     @asynccontextmanager
     async def lifespan(app):
         watchdog = None
         try:
             if on_startup is not None:
                 await on_startup()
-            if on_engine_dead is not None:
-                watchdog = asyncio.create_task(watch_engine(service.api.engine, on_engine_dead))
+            logging.getLogger("uvicorn.error").addFilter(CUT_BODY_LOGGED)
+            watchdog = asyncio.create_task(watch_engine(watch, on_engine_dead or (lambda: None)))
             yield
         finally:
             if watchdog is not None:
@@ -313,9 +357,18 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
 
     def engine_dead() -> JSONResponse:
         metrics.responses.labels("503").inc()
-        body = {"error": {"message": engine_dead_cause(service.api.engine), "type": "engine_dead", "param": None,
-                          "code": 503}}
-        return JSONResponse(body, status_code=503)
+        return JSONResponse({"error": {"message": ENGINE_DEAD, "type": "engine_dead", "param": None, "code": 503}},
+                            status_code=503)
+
+    def stream_failed(request_id: str, exc: Exception) -> dict:
+        """A stream that failed after its first audio: its log line, and the error for the client
+        (SSE's `error` event). The engine's death is one line; anything else a defect, with its
+        traceback."""
+        if watch.dead(exc):
+            logger.warning("speech request %s cut after its first audio: the talker engine is dead", request_id)
+            return {"message": ENGINE_DEAD, "type": "engine_dead"}
+        logger.error("speech request %s failed after its first audio", request_id, exc_info=exc)
+        return {"message": f"{type(exc).__name__}: {exc}", "type": "server_error"}
 
     @app.exception_handler(EngineDead)
     async def dead(request: Request, exc: EngineDead):
@@ -324,7 +377,7 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception):
         """A failure before the answer started: 503 naming the cause when the engine is dead, else 500."""
-        if service.api.engine.errored:
+        if watch.dead(exc):
             return engine_dead()
         logger.exception("request failed")
         metrics.responses.labels("500").inc()
@@ -334,11 +387,8 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
 
     @app.get("/health")
     async def health():
-        try:
-            await service.api.engine.check_health()
-        except Exception:  # the engine is dead: not ready
-            return JSONResponse({"status": "unhealthy", "error": engine_dead_cause(service.api.engine)},
-                                status_code=503)
+        if watch.dead():  # not ready, from the first sign of the death on
+            return JSONResponse({"status": "unhealthy", "error": ENGINE_DEAD}, status_code=503)
         return {"status": "ok", "runner": service.runner, "profile": service.profile,
                 "stream_format_default": service.stream_default.header}
 
@@ -382,7 +432,7 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
 
     @app.get("/metrics")
     async def prometheus():
-        if not service.api.engine.errored:  # a dead engine answers no RPC: the gauge keeps its last value
+        if not watch.dead():  # a dead engine answers no RPC: the gauge keeps its last value
             metrics.slots.set(sum(await service.api.engine.collective_rpc("talker_open_requests")))
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -391,7 +441,7 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
         """The status goes out with the first audio: everything that can fail before it (the body,
         the queue, the engine taking the request and making its first chunk) is a 4xx or 5xx."""
         received = time.monotonic()
-        if service.api.engine.errored:
+        if watch.dead():
             raise EngineDead()
         raw = await _read_body(request, service.limits.max_body_bytes)
         body = parse_speech(parse_json(raw), model_name=service.model_name, voices=service.voices,
@@ -422,15 +472,19 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
                 ticket.release()
             if isinstance(exc, ClientLeft):
                 return Response(status_code=499)  # nobody reads it; the work was cancelled
+            if isinstance(exc, Exception) and watch.dead(exc):  # waiting for a slot or the first audio
+                logger.warning("speech request %s ended before its first audio: the talker engine is dead", request_id)
+                raise EngineDead() from None
             raise
         metrics.responses.labels("200").inc()
+        failed = partial(stream_failed, request_id)
         if body.stream_format == "sse":
-            return ClosingStreamingResponse(_sse(first, chunks, body.response_format, body.speed, usage),
-                                            media_type="text/event-stream", sends_waiting=metrics.sends_waiting)
+            return ClosingStreamingResponse(_sse(first, chunks, body.response_format, body.speed, usage, failed),
+                                            media_type="text/event-stream", sends_waiting=metrics.sends_waiting,
+                                            on_failure=failed)
         described = {"X-Sample-Rate": str(SAMPLE_RATE), **PCM_HEADERS.get(body.response_format, {}), **chosen}
         return ClosingStreamingResponse(_audio(first, chunks, body.response_format, body.speed), media_type=media,
-                                        headers=described,
-                                        sends_waiting=metrics.sends_waiting)
+                                        headers=described, sends_waiting=metrics.sends_waiting, on_failure=failed)
 
     return app
 

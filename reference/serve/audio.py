@@ -15,7 +15,6 @@ Whole: every row first, then one offline decode of all frames by the same stage.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -25,8 +24,6 @@ import torch
 from reference.serve.admission import Ticket
 from reference.serve.metrics import ServeMetrics
 from reference.speech import RowsToFrames, SpeechAPI, SpeechRequest, SpeechResult
-
-logger = logging.getLogger("higgs_ref.serve")
 
 
 class _Progress:
@@ -92,9 +89,8 @@ class Speaker:
                     usage.output_tokens += len(new_rows)
                 yield frames.add(new_rows)
             ended = True
-        except Exception:  # the response reports it (the status line is already sent)
+        except Exception:  # the response reports and logs it (reference/serve/app.py), once
             ended = True
-            logger.exception("speech request %s failed", request_id)
             raise
         finally:
             await rows.aclose()

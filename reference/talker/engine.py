@@ -7,6 +7,7 @@ that the runner vLLM built is the one asked for.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -40,11 +41,22 @@ def start_llm(checkpoint: str | Path, runner: str, **overrides):
 
 
 def start_async_llm(checkpoint: str | Path, runner: str, **overrides):
-    """A `vllm.v1.engine.async_llm.AsyncLLM` (engine core in its own process)."""
+    """A `vllm.v1.engine.async_llm.AsyncLLM` (engine core in its own process). On a CPU its KV cache
+    is sized by reference/talker/kv_cache.py, which logs the size and why, before the engine starts."""
     from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.platforms import current_platform
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(checkpoint, runner, **overrides)))
+    from reference.talker import kv_cache
+
+    args = AsyncEngineArgs(**engine_kwargs(checkpoint, runner, **overrides))
+    if not current_platform.is_cpu():
+        return AsyncLLM.from_engine_args(args)
+    kv_cache.space_gib()  # a bad VLLM_CPU_KVCACHE_SPACE, named before vLLM's int() reads it
+    config = args.create_engine_config()
+    logging.getLogger("higgs_ref.talker").info(kv_cache.reserve(config))
+    return AsyncLLM.from_vllm_config(config, enable_log_requests=args.enable_log_requests,
+                                     disable_log_stats=args.disable_log_stats)
 
 
 def deployment_engine_kwargs(deployment, **overrides) -> dict:
