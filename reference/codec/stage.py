@@ -11,7 +11,7 @@ files never do).
 - Back-pressure: a stream has at most `max_inflight_chunks` chunks submitted and not yet taken by
   its consumer; at the limit `push` waits before cutting the next chunk.
 - Each frame decoded once: a stream whose geometry covers the decoder's reach (every shipped
-  profile's) carries each decoder layer's state from one chunk to the next (reference/codec/
+  CUDA profile's) carries each decoder layer's state from one chunk to the next (reference/codec/
   carried.py; its slot in the stage's StatePool from its first chunk to its end or close), so a
   chunk decodes its new frames only: 25 for a steady chunk of `default`, where its window is 45.
   A geometry short of the reach (upstream's) decodes windows, whose edges it asks for; so does a
@@ -87,7 +87,7 @@ class CodecStage:
         self.carried_graphs: CarriedGraphs | None = None  # likewise, where streams carry their state
         self._pending: list[Job] = []
         self._worker: asyncio.Task | None = None
-        self._pool: StatePool | None = None  # the carried streams' states, made at the first
+        self._pool: StatePool | None = None  # the carried streams' states, made with the first of them
         self._decoding: set[StageStream] = set()  # the streams of the batch being decoded
 
     @classmethod
