@@ -223,7 +223,8 @@ class StatePool:
         """CarriedDecoder.step on the streams holding `slots` [B] (a device tensor), their states
         read and written back."""
         states = [pool.index_select(0, slots) for pool in self._pool]  # [B, C, state_len] each
-        pcm = self.decoder.step(hidden, states, starts, ends)
+        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):  # as Codec.decode
+            pcm = self.decoder.step(hidden, states, starts, ends)
         for pool, state in zip(self._pool, states):
             pool.index_copy_(0, slots, state)
         return pcm
@@ -231,8 +232,7 @@ class StatePool:
     def step_codes(self, codes: torch.Tensor, slots: torch.Tensor, starts: torch.Tensor,
                    ends: torch.Tensor) -> torch.Tensor:
         """`step` from real codes [B, 8, n] (the RVQ and fc2 first): what a CUDA graph captures."""
-        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):  # as Codec.decode
-            return self.step(self.decoder.codec.quantized(codes), slots, starts, ends)
+        return self.step(self.decoder.codec.quantized(codes), slots, starts, ends)
 
 
 class CarriedStream:
@@ -301,8 +301,7 @@ def advance(streams: list[CarriedStream], codes: torch.Tensor, last: bool, graph
         pcm = pcm.clone()  # the graph's output is overwritten by its next replay
     elif last:  # zero frames past the end bring out the last `lag` samples
         hidden = codec.quantized(codes) if n else codec.codebooks.new_zeros(len(streams), codec.cfg.acoustic_hidden_size, 0)
-        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):  # as Codec.decode
-            pcm = pool.step(F.pad(hidden, (0, decoder.lag_frames)), slots, starts, ends)
+        pcm = pool.step(F.pad(hidden, (0, decoder.lag_frames)), slots, starts, ends)
     else:
         pcm = pool.step_codes(codes, slots, starts, ends)  # [B, samples]
     hop = codec.hop_length
