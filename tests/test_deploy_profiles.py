@@ -81,7 +81,7 @@ def test_engine_kwargs_are_stage_0_without_reserved_keys():
     d = resolve_deployment("default", "cpu")
     assert set(d.engine_kwargs) == {
         "async_scheduling", "enforce_eager", "compilation_config", "max_num_seqs", "max_model_len",
-        "gpu_memory_utilization", "enable_prefix_caching", "hf_overrides",
+        "gpu_memory_utilization", "enable_prefix_caching", "hf_overrides", "dtype",
     }
     assert d.codec_stage == {
         "stage_id": 1, "devices": "0", "max_num_seqs": 4, "input_connectors": {"from_stage_0": "talker_to_code2wav"}

@@ -22,9 +22,9 @@ def config(shape=TINY, dtype=torch.bfloat16, cache_dtype="auto", seqs=16, length
 
 
 @pytest.mark.parametrize("shape, dtype, cache_dtype, expected", [
-    (TINY, torch.bfloat16, "auto", 16 * 4096 * 512),  # the quickstart's server: 32 MiB
-    (TINY, torch.float32, "auto", 16 * 4096 * 1024),
-    (FOUR_B, torch.bfloat16, "auto", 16 * 4096 * 147456),  # the 4b on a CPU: 9 GiB
+    (TINY, torch.bfloat16, "auto", 16 * 4096 * 512),
+    (TINY, torch.float32, "auto", 16 * 4096 * 1024),  # the quickstart's server (float32 on a CPU): 64 MiB
+    (FOUR_B, torch.bfloat16, "auto", 16 * 4096 * 147456),  # the 4b in bfloat16: 9 GiB (18 in the CPU's float32)
     (FOUR_B, torch.bfloat16, "fp8_e4m3", 16 * 4096 * 73728),
 ])
 def test_without_a_size_every_slot_holds_a_full_length_request(shape, dtype, cache_dtype, expected):

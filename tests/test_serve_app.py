@@ -103,3 +103,50 @@ def test_a_text_holding_the_audio_token_is_a_400_naming_its_field(field, param):
     with pytest.raises(RequestError, match="<\\|audio\\|>") as error:
         service.check_length(request)
     assert (error.value.status, error.value.param) == (400, param)
+
+
+@pytest.mark.parametrize("method, path, status, says", [
+    ("GET", "/v1/audio/speeches", 404, "no route GET /v1/audio/speeches; this server answers POST /v1/audio/speech"),
+    ("GET", "/v1/audio/speech", 405, "GET /v1/audio/speech: method not allowed; this path takes POST"),
+    ("PUT", "/health", 405, "PUT /health: method not allowed; this path takes GET"),
+])
+def test_a_routing_error_is_openais_error_object_naming_the_fix(method, path, status, says):
+    with client(EXACT) as c:
+        answer = c.request(method, path)
+    assert answer.status_code == status and set(answer.json()) == {"error"}, answer.text
+    error = answer.json()["error"]
+    assert error == {"message": error["message"], "type": "invalid_request_error", "param": None, "code": status}
+    assert error["message"].startswith(says), error["message"]
+
+
+@pytest.mark.parametrize("fmt", ["wav", "mp3", "opus", "aac", "flac"])
+def test_a_streamed_answers_headers_say_what_its_decoder_gives(fmt):
+    """X-Sample-Rate and X-Channels as FFmpeg's decoder (through PyAV) gives them; X-Bit-Depth only
+    where it gives 16-bit integer samples."""
+    import io
+
+    import av
+
+    with client(EXACT) as c:
+        answer = c.post("/v1/audio/speech", json={**BODY, "response_format": fmt, "stream_format": "audio"})
+    assert answer.status_code == 200, answer.text
+    with av.open(io.BytesIO(answer.content)) as container:
+        frame = next(container.decode(audio=0))
+    assert answer.headers["x-sample-rate"] == str(frame.sample_rate), (fmt, dict(answer.headers))
+    assert answer.headers["x-channels"] == str(frame.layout.nb_channels), (fmt, dict(answer.headers))
+    assert answer.headers.get("x-bit-depth") == ("16" if frame.format.name.startswith("s16") else None), (
+        fmt, frame.format.name, dict(answer.headers))
+
+
+def test_a_whole_aac_answer_is_mp4_whose_edit_list_drops_the_priming():
+    import io
+
+    import av
+
+    with client(EXACT) as c:
+        answer = c.post("/v1/audio/speech", json={**BODY, "response_format": "aac", "stream": False})
+    assert answer.status_code == 200 and answer.headers["content-type"] == "audio/mp4", answer.headers
+    with av.open(io.BytesIO(answer.content)) as container:
+        decoded = sum(f.samples for f in container.decode(audio=0))
+    sent = sum(len(c) for c in CHUNKS)  # 2880 samples: the decoder gives them and the last frame's padding
+    assert sent <= decoded < sent + 1024, f"{decoded} samples decoded for {sent} sent"

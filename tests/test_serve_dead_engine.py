@@ -19,7 +19,7 @@ import torch
 from vllm.v1.engine.exceptions import EngineDeadError
 
 from reference.serve.admission import ServingLimits
-from reference.serve.app import ENGINE_DEAD
+from reference.serve.lifecycle import ENGINE_DEAD
 from reference.serve.audio import Speaker
 from reference.serve.metrics import ServeMetrics, metric, parse_metrics
 from tests.test_serve_failures import BODY, Served

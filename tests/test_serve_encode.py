@@ -112,3 +112,18 @@ def test_a_streamed_answer_carries_each_chunks_audio_as_it_goes(fmt):
     for n, at in enumerate(range(0, len(pcm), step), start=1):
         sent += encoder.add(pcm[at:at + step])
         assert _decodable_seconds(sent) >= 0.2 * n - 0.1, f"{fmt}: after {0.2 * n:.1f} s of PCM"
+
+
+# A whole answer's header declares the encoder's priming (mp3: the LAME header; aac: MP4's edit
+# list), so the decoder drops it: the audio starts at sample 0. The end: mp3's header also declares
+# the padding (exact length); FFmpeg's MP4 demuxer applies the edit list's start but keeps the last
+# AAC frame whole, so up to 1023 samples of its padding follow the audio.
+WHOLE_PADDING = {"mp3": 0, "aac": 1023}
+
+
+@pytest.mark.parametrize("fmt", sorted(WHOLE_PADDING))
+def test_a_whole_answer_decodes_without_priming(fmt):
+    for seconds in (1.0, 2.0 + 333 / RATE):
+        pcm = speech_like(seconds)
+        measured = measure(fmt, encode_whole(fmt, pcm), pcm, streamed=False)
+        assert measured.lag == 0 and 0 <= measured.extra <= WHOLE_PADDING[fmt], f"{fmt} whole: {measured}"

@@ -20,7 +20,8 @@ import uvicorn
 
 import reference.serve.__main__ as serve
 from reference.serve.admission import Admission, Overloaded, ServingLimits
-from reference.serve.app import build_app, watch_engine
+from reference.serve.app import build_app
+from reference.serve.lifecycle import watch_engine
 from reference.serve.metrics import ServeMetrics, metric, parse_metrics
 from reference.serve.wav import HEADER_BYTES, pcm16
 from tests.test_serve_app import EXACT, FakeService
@@ -257,8 +258,9 @@ HOLD_THE_GIL = """
 import ctypes, sys, time
 import reference.serve.__main__ as serve
 serve.DEAD_LINGER_S, serve.EXIT_DEADLINE_S = 0.2, 1
+from reference.serve.stop import Stop
 class Server:
-    should_exit = False
+    should_exit, stop = False, Stop(0.0)
 serve.exit_on_engine_death(Server(), [])
 print("holding", flush=True)
 ctypes.PyDLL(None).sleep(30)  # libc's sleep through PyDLL keeps the GIL: no Python thread runs

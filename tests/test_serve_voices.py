@@ -6,6 +6,8 @@ began with it, and concurrent uploads and deletes that lose nothing."""
 
 import asyncio
 import io
+import itertools
+import json
 import wave
 
 import numpy as np
@@ -197,3 +199,91 @@ def test_a_name_the_store_checks_is_never_a_path():
         with pytest.raises(RequestError) as info:
             VoiceStore.check_name(bad)
         assert info.value.param == "name"
+
+
+def test_a_bad_or_outside_file_in_the_folder_is_skipped_with_a_warning_naming_it(tmp_path, caplog):
+    folder, outside = tmp_path / "voices", tmp_path / "elsewhere"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / "good.wav").write_bytes(wav(0.5))
+    (folder / "garbage.wav").write_bytes(b"RIFF\x00\x00")
+    (folder / "empty.wav").write_bytes(b"")
+    (outside / "secret.wav").write_bytes(wav(0.5))
+    (outside / "secret.txt").write_text("a transcript from outside")
+    (folder / "linked.wav").symlink_to(outside / "secret.wav")
+    (folder / "texted.wav").write_bytes(wav(0.5))
+    (folder / "texted.txt").symlink_to(outside / "secret.txt")
+    with caplog.at_level("WARNING", logger="higgs_ref.serve"):
+        voices = load_voices(folder)
+    assert sorted(voices) == ["default", "good"]
+    warned = "\n".join(r.getMessage() for r in caplog.records)
+    for name in ("garbage.wav", "empty.wav", "linked.wav", "texted.wav"):
+        assert f"{folder / name} skipped" in warned, warned
+
+
+def _asgi_upload(app, chunks, headers=()):
+    """POST /v1/audio/voices straight into the ASGI app with a body of `chunks` (no Content-Length
+    unless given): (status, JSON body, chunks the app took)."""
+    taken, sent = 0, []
+
+    async def receive():
+        nonlocal taken
+        chunk = next(chunks, None)
+        if chunk is None:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        taken += 1
+        return {"type": "http.request", "body": chunk, "more_body": True}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/audio/voices", "raw_path": b"/v1/audio/voices", "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"multipart/form-data; boundary=b"), *headers],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    asyncio.run(app(scope, receive, send))
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")), taken
+
+
+@pytest.mark.parametrize("declared", [False, True], ids=["chunked", "false_length"])
+def test_an_upload_is_refused_while_it_is_read_with_or_without_content_length(tmp_path, declared):
+    folder = tmp_path / "voices"
+    folder.mkdir()
+    service, _ = served(folder)
+    piece = 64 << 10
+    head = (b'--b\r\nContent-Disposition: form-data; name="audio_sample"; filename="v.wav"\r\n'
+            b"Content-Type: audio/wav\r\n\r\n")
+    chunks = itertools.chain([head], (b"\x00" * piece for _ in range(200)))  # 12.5 MiB, three times the limit
+    status, body, taken = _asgi_upload(build_app(service), chunks,
+                                       [(b"content-length", b"100")] if declared else [])
+    assert status == 413 and body["error"]["param"] == "audio_sample", body
+    assert taken * piece <= service.store.max_bytes + (64 << 10) + 2 * piece, f"{taken} chunks read before the 413"
+    assert not list(folder.iterdir())
+
+
+def test_an_empty_upload_and_a_missing_name_say_what_to_send(tmp_path):
+    folder = tmp_path / "voices"
+    folder.mkdir()
+    _, client = served(folder)
+    with client:
+        empty = client.post("/v1/audio/voices", data={"name": "x"}, files={"audio_sample": ("v.wav", b"", "audio/wav")})
+        nameless = client.post("/v1/audio/voices", files={"audio_sample": ("v.wav", wav(0.5), "audio/wav")})
+    assert empty.status_code == 400 and empty.json()["error"]["message"] == "'audio_sample' is empty: send a WAV file"
+    assert nameless.status_code == 400 and nameless.json()["error"]["param"] == "name"
+    assert nameless.json()["error"]["message"].startswith("'name' is required"), nameless.text
+
+
+def test_an_unknown_voice_error_names_a_few_voices_and_their_count(tmp_path):
+    folder = tmp_path / "voices"
+    folder.mkdir()
+    for n in range(40):
+        (folder / f"voice{n:02d}.wav").write_bytes(wav(0.2))
+    _, client = served(folder)
+    with client:
+        answer = client.post("/v1/audio/speech", json={"model": "m", "input": "Hi.", "voice": "alloy"})
+        gone = client.delete("/v1/audio/voices/alloy")
+    for reply in (answer, gone):
+        message = reply.json()["error"]["message"]
+        assert "this server knows 41: 'default', 'voice00', 'voice01' and 38 more" in message, message
+        assert len(message) < 160 and "voice39" not in message, message

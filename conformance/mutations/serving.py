@@ -17,6 +17,7 @@ from conformance.mutations.run import Mutation, main, mutations_from_table
 
 PROTOCOL, AUDIO, APP, WAV = ("reference/serve/protocol.py", "reference/serve/audio.py", "reference/serve/app.py",
                              "reference/serve/wav.py")
+ANSWERS = "reference/serve/answers.py"
 V1, STAGE, MAIN = "reference/talker/runner_v1.py", "reference/codec/stage.py", "reference/serve/__main__.py"
 ADMISSION = "reference/serve/admission.py"
 
@@ -44,7 +45,7 @@ MUTATIONS = [
     ("a talker slot not freed when its request ends (aborted ones included)", V1,
      "            self.talker_requests.pop(req_id, None)\n",
      "            pass\n", ABORT),
-    ("the streamed WAV header claiming a length (0 bytes of data)", APP,
+    ("the streamed WAV header claiming a length (0 bytes of data)", ANSWERS,
      "    if fmt == \"wav\":\n        yield wav_header(None)\n", "    if fmt == \"wav\":\n        yield wav_header(0)\n",
      PLAIN),
     ("the whole WAV header claiming the wrong length (samples for bytes)", WAV,
@@ -58,13 +59,13 @@ MUTATIONS = [
      "            async for item in chunks:\n                if first:",
      "            for item in [c async for c in chunks]:\n                if first:", FIRST),
     ("a response that no longer ends its body when the client leaves mid-send (it stops watching for the "
-     "disconnect, as if the server's send raised then: uvicorn's returns silently)", APP,
+     "disconnect, as if the server's send raised then: uvicorn's returns silently)", ANSWERS,
      "            await super().__call__(scope, receive, counted_send)\n",
      "            await super().__call__({**scope, \"asgi\": {**scope.get(\"asgi\", {}), \"spec_version\": \"2.4\"}},\n"
      "                                   receive, counted_send)\n", MID_SEND),
-    ("a streamed SSE WAV whose header claims 22050 Hz", APP,
-     "        async for data in _pcm(first, chunks, fmt, speed):\n            yield _event(",
-     "        async for data in _pcm(first, chunks, fmt, speed):\n"
+    ("a streamed SSE WAV whose header claims 22050 Hz", ANSWERS,
+     "        async for data in answer_bytes(first, chunks, fmt, speed, stop):\n            yield _event(",
+     "        async for data in answer_bytes(first, chunks, fmt, speed, stop):\n"
      "            data = wav_header(None, 22050) if data == wav_header(None) else data\n            yield _event(", SSE_WAV),
     ("a streamed answer whose X-Sample-Rate claims 22050", APP,
      "described = {\"X-Sample-Rate\": str(SAMPLE_RATE),", "described = {\"X-Sample-Rate\": \"22050\",",

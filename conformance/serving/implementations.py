@@ -93,6 +93,7 @@ class Implementation:
     # Per format, the bounds of server.yaml's `formats` that its encoder needs otherwise (a lower bitrate).
     format_bounds: dict = field(default_factory=dict)
     described_by: tuple[str, ...] = ("content-type",)  # the headers it describes audio with
+    whole_media_types: dict = field(default_factory=dict)  # format -> a whole answer's Content-Type, if not MEDIA_TYPES
     error_field_in: str = "param"  # where a 4xx names the field: "param" (OpenAI's error.param) or "param_or_message"
     metrics: Metrics | None = None
     # Bounds of a streamed answer against the whole one (reference.codec.streaming.agreement) and of streams run
@@ -183,6 +184,7 @@ REFERENCE = Implementation(
     whole_formats=OPENAI_FORMATS,
     streamed_formats=OPENAI_FORMATS,
     described_by=("content-type", "x-sample-rate", "x-channels", "x-bit-depth"),
+    whole_media_types={"aac": "audio/mp4"},  # MP4, whose edit list declares the priming (reference/serve/encode.py)
     metrics=Metrics(
         names=("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
                "higgs_serve_requests_running", "higgs_serve_requests_waiting", "higgs_serve_requests_aborted_total",

@@ -4,7 +4,10 @@
         [--platform cpu|cuda|...] [--set KEY=VALUE ...] [--voices DIR] [--served-model-name NAME]
 
 Clients name the model `higgs-audio-v3-tts-4b` (SERVED_MODEL_NAME), whatever folder holds the
-checkpoint, unless --served-model-name says otherwise. Ctrl-C (SIGINT) stops the server.
+checkpoint, unless --served-model-name says otherwise. SIGTERM or Ctrl-C (SIGINT) stops the server
+gracefully (reference/serve/stop.py): new requests and /health answer 503, the running ones get the
+profile's serving.drain_timeout_s to finish, the rest are cut (SSE: an `error` event), then the
+engine stops and the exit status is 0; a second signal stops at once.
 The arguments are read before torch, vLLM or the web stack are imported: --help and a bad
 argument answer at once.
 
@@ -41,7 +44,7 @@ from typing import Sequence
 
 
 def build_service(args):
-    """(Service, engine, resolved deployment) for the parsed arguments; boots the engine (tens of seconds)."""
+    """(Service, engine, resolved deployment, Stop) for the parsed arguments; boots the engine (tens of seconds)."""
     import torch
 
     from reference.codec.model import load_codec
@@ -54,6 +57,7 @@ def build_service(args):
     from reference.serve.audio import Speaker
     from reference.serve.metrics import ServeMetrics
     from reference.serve.protocol import Limits, stream_default
+    from reference.serve.stop import Stop
     from reference.serve.voices import VoiceStore, load_voices
     from reference.speech import SpeechAPI
     from reference.talker.engine import deployment_engine_kwargs, stage_device, start_async_llm
@@ -61,6 +65,7 @@ def build_service(args):
     platform = args.platform or ("cuda" if torch.cuda.is_available() else "cpu")
     deployment = resolve_deployment(args.profile, platform, parse_set(args.sets))
     voices = load_voices(args.voices)
+    stop = Stop.from_deployment(deployment)  # before the engine: a profile without the drain limit fails at once
     engine = start_async_llm(args.model, deployment.runner, **deployment_engine_kwargs(deployment))
     max_tokens = deployment.default_sampling_params.get("max_tokens", 2048)
     max_model_len = int(deployment.engine_kwargs.get("max_model_len") or engine.model_config.max_model_len)
@@ -90,7 +95,7 @@ def build_service(args):
                          limits.max_ref_audio_seconds),
     )
     logging.getLogger("higgs_ref.serve").info("without stream_format: %s", service.stream_default.header)
-    return service, engine, deployment
+    return service, engine, deployment, stop
 
 
 async def start(engine, deployment, stage) -> None:
@@ -142,7 +147,7 @@ def parse_args(argv: Sequence[str] | None = None):
     return parser.parse_args(argv)
 
 
-GRACEFUL_S = 5  # uvicorn's wait for open responses when the server stops
+GRACEFUL_S = 0.5  # uvicorn's wait, after the drain (stop.py), for the responses the cut did not end
 ENGINE_DEAD_EXIT = 1  # also the status faulthandler's hard exit ends the process with
 DEAD_LINGER_S = 2  # a dead engine: /health and new requests answer 503 this long, then the server stops
 EXIT_DEADLINE_S = 8  # ... and the process is gone by then, however the shutdown goes
@@ -155,9 +160,15 @@ def exit_on_engine_death(server, exits: list[int]) -> None:
     shutdown hang, faulthandler ends the process at EXIT_DEADLINE_S from its C thread, which needs no
     GIL (a Python timer thread waits for any thread that holds it in C code; with one, the server
     once outlived 10 s under CI's load), after writing every thread's stack to stderr: the log
-    shows where the shutdown hung."""
-    exits.append(ENGINE_DEAD_EXIT)
+    shows where the shutdown hung. While the server is stopping (a signal to the whole process
+    group reaches the engine core too) the death is the stop's: the server stops at once, exit 0."""
     faulthandler.dump_traceback_later(EXIT_DEADLINE_S, exit=True)  # exit=True: _exit(1)
+    if server.stop.stopping:  # the signal reached vLLM's engine core too (Ctrl-C, a signal to the process group)
+        logging.getLogger("higgs_ref.serve").warning("stopping: the talker engine stopped with the signal; the "
+                                                     "running requests end now")
+        server.should_exit = True
+        return
+    exits.append(ENGINE_DEAD_EXIT)
     linger = threading.Timer(DEAD_LINGER_S, lambda: setattr(server, "should_exit", True))
     linger.daemon = True
     linger.start()
@@ -169,22 +180,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
     from reference.serve.app import build_app
+    from reference.serve.stop import GracefulServer
 
     logging.basicConfig(level=args.log_level.upper())
     try:
-        service, engine, deployment = build_service(args)
+        service, engine, deployment, stop = build_service(args)
     except ValueError as exc:  # an invalid profile, override or platform
         print(f"error: {exc}", file=sys.stderr)
         return 2
     exits: list[int] = []
     app = build_app(service, on_startup=lambda: start(engine, deployment, service.speaker.api.stage),
-                    on_shutdown=engine.shutdown, on_engine_dead=lambda: exit_on_engine_death(server, exits))
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                           timeout_graceful_shutdown=GRACEFUL_S))
-    try:
-        server.run()
-    except KeyboardInterrupt:  # Ctrl-C: uvicorn has stopped (the engine too), then re-raised SIGINT into asyncio
-        pass
+                    on_shutdown=engine.shutdown, on_engine_dead=lambda: exit_on_engine_death(server, exits), stop=stop)
+    server = GracefulServer(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                           timeout_graceful_shutdown=GRACEFUL_S), stop)
+    server.run()  # returns after the stop: GracefulServer does not raise the signal again
     if exits:
         print("error: the talker engine died; exiting so that a supervisor can restart the server", file=sys.stderr)
         return exits[0]

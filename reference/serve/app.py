@@ -10,42 +10,37 @@ generation at max_model_len: audio cut short without an error).
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 
 import torch
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.requests import ClientDisconnect
-from vllm.v1.engine.exceptions import EngineDeadError
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from reference.serve.admission import Admission, Overloaded
+from reference.serve.answers import (CUT_BODY_LOGGED, DECODED, MEDIA_TYPES, PCM_HEADERS, WHOLE_MEDIA_TYPES,
+                                     ClosingStreamingResponse, raw_answer, sse_answer, whole_answer)
 from reference.serve.audio import Speaker, Usage
-from reference.serve.encode import FORMATS, StreamEncoder, encode_whole
+from reference.serve.lifecycle import (ENGINE_DEAD, ClientLeft, EngineDead, EngineWatch, first_chunk,
+                                       unless_client_leaves, watch_engine)
 from reference.serve.metrics import ServeMetrics
-from reference.serve.protocol import (DEFAULT_VOICE, Limits, RequestError, SpeechBody, StreamDefault, parse_json,
-                                      parse_speech)
-from reference.serve.tempo import Tempo, stretch
+from reference.serve.protocol import (DEFAULT_VOICE, Limits, RequestError, SpeechBody, StreamDefault, known_voices,
+                                      parse_json, parse_speech)
+from reference.serve.request_body import limited_upload, read_body
+from reference.serve.stop import ServerStopping, Stop
 from reference.serve.voices import Voice, VoiceStore, decode_ref_audio
-from reference.serve.wav import SAMPLE_RATE, pcm16, wav_file, wav_header
+from reference.serve.wav import SAMPLE_RATE, pcm16
 from reference.speech import SpeechRequest
 
 logger = logging.getLogger("higgs_ref.serve")
-MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", **{name: f.media_type for name, f in FORMATS.items()}}
-# Raw PCM has no header of its own: its answers describe it (a whole one too). The others' do.
-PCM_HEADERS = {"pcm": {"X-Sample-Rate": str(SAMPLE_RATE), "X-Channels": "1", "X-Bit-Depth": "16"}}
-ENGINE_WATCH_S = 0.05  # how often the watchdog asks whether the engine is alive (an attribute read)
-# What a client and the log are told once the engine is dead (vLLM's own EngineDeadError points the
-# reader at a stack trace "above", in a log the client cannot see).
-ENGINE_DEAD = ("the talker engine is dead (its core process or its output loop stopped); the server exits so that "
-               "its supervisor can restart it")
-
+ROUTES = ("POST /v1/audio/speech, GET|POST /v1/audio/voices, DELETE /v1/audio/voices/NAME, GET /v1/models, "
+          "GET /health, GET /metrics")
 
 @dataclass
 class Service:
@@ -99,8 +94,7 @@ class Service:
         keeps the one it began with."""
         voice = self.voices.get(body.voice) if body.voice != DEFAULT_VOICE else None
         if body.voice != DEFAULT_VOICE and voice is None:  # deleted since the body was read
-            raise RequestError(400, "voice", f"unknown voice {body.voice!r}; this server knows "
-                                             f"{', '.join(sorted(self.voices))}")
+            raise RequestError(400, "voice", f"unknown voice {body.voice!r}; {known_voices(self.voices)}")
         codes = await self._codes(body, voice)
         ref_text = body.ref_text if body.ref_text is not None or voice is None else voice.ref_text
         sampling = {**self.default_sampling, **body.sampling}
@@ -129,203 +123,15 @@ class Service:
         return prompt_tokens
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, "body", f"the request body is {declared} bytes, over the limit of {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, "body", f"the request body is over the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-class ClosingStreamingResponse(StreamingResponse):
-    """Closes its body iterator when the response ends, however it ends. Under uvicorn (ASGI 2.3)
-    Starlette watches for the disconnect and cancels the response, and anyio delivers that
-    cancellation where the task next waits: inside the iterator, once uvicorn has let a waiting
-    send return, so the iterator closes itself. A server whose send raises once the client is gone
-    (ASGI 2.4) leaves the iterator suspended at its yield instead; then only this close (or the
-    garbage collector, some time later) reaches the engine.
-    `sends_waiting` counts the sends in progress: the server's send returns at once unless the
-    client's socket and the transport's buffer are full, so at a scrape (same event loop) the gauge
-    is the number of responses held back by their client.
-    A body that fails after the status line goes to `on_failure` (the one log line) and the
-    response returns unfinished: uvicorn closes the connection without the last chunk, so no client
-    takes it for a finished answer, and its own line for that is dropped (`CutBodyLogged`)."""
-
-    def __init__(self, content, *, sends_waiting, on_failure, **kwargs):
-        super().__init__(content, **kwargs)
-        self.sends_waiting, self.on_failure = sends_waiting, on_failure
-
-    async def __call__(self, scope, receive, send):
-        async def counted_send(message):
-            with self.sends_waiting.track_inprogress():
-                await send(message)
-
-        try:
-            await super().__call__(scope, receive, counted_send)
-        except ClientDisconnect:
-            raise
-        except Exception as exc:
-            self.on_failure(exc)
-        finally:
-            await self.body_iterator.aclose()
-
-
-class CutBodyLogged(logging.Filter):
-    """Drops uvicorn's error line for a response that returned unfinished: the app leaves a body
-    unfinished only after logging its failure (ClosingStreamingResponse)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.getMessage() != "ASGI callable returned without completing response."
-
-
-CUT_BODY_LOGGED = CutBodyLogged()
-
-
-async def _pcm(first, chunks, fmt: str, speed: float = 1.0):
-    """The audio stream's bytes: the WAV header for wav, the first chunk, then the rest; at another
-    `speed` through Rubber Band's stretcher, the compressed formats through their encoder (both in a
-    thread: they release the GIL), each of which gives its last bytes when the stream ends."""
-    if fmt == "wav":
-        yield wav_header(None)
-    tempo = Tempo(speed) if speed != 1.0 else None
-    encoder = StreamEncoder(fmt) if fmt in FORMATS else None
-
-    async def passed(pcm: bytes, last: bool = False) -> bytes:
-        if tempo is not None:
-            pcm = await asyncio.to_thread(tempo.add, pcm) + (await asyncio.to_thread(tempo.finish) if last else b"")
-        if encoder is not None:
-            encoded = await asyncio.to_thread(encoder.add, pcm) if pcm else b""
-            return encoded + (await asyncio.to_thread(encoder.finish) if last else b"")
-        return pcm
-
-    if first is not None:
-        async for chunk in _chain(first, chunks):
-            if data := await passed(pcm16(chunk)):
-                yield data
-    if (tempo is not None or encoder is not None) and (data := await passed(b"", last=True)):
-        yield data
-
-
-def _whole_answer(pcm: bytes, fmt: str, speed: float = 1.0) -> bytes:
-    pcm = stretch(pcm, speed)
-    if fmt in FORMATS:
-        return encode_whole(fmt, pcm)
-    return wav_file(pcm) if fmt == "wav" else pcm
-
-
-async def _chain(first, chunks):
-    yield first
-    async for chunk in chunks:
-        yield chunk
-
-
-async def _audio(first, chunks, fmt: str, speed: float):
-    """Raw audio bytes. A failure after the status line ends the chunked body without its last
-    chunk (ClosingStreamingResponse)."""
-    try:
-        async for data in _pcm(first, chunks, fmt, speed):
-            yield data
-    finally:
-        await chunks.aclose()
-
-
-async def _sse(first, chunks, fmt: str, speed: float, usage: Usage, on_failure):
-    """OpenAI's speech events: `speech.audio.delta` with base64 audio (the bytes of the audio
-    stream, WAV header first for wav), then `speech.audio.done` with the request's `usage`; a
-    failure after the status line is an `error` event (`on_failure`'s error object, which also
-    logs it), and no `speech.audio.done` follows it."""
-    try:
-        async for data in _pcm(first, chunks, fmt, speed):
-            yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
-        yield _event({"type": "speech.audio.done", "usage": usage.openai()})
-    except Exception as exc:
-        yield _event({"type": "error", "error": on_failure(exc)})
-    finally:
-        await chunks.aclose()
-
-
-def _event(data: dict) -> bytes:
-    return f"data: {json.dumps(data)}\n\n".encode()
-
-
-class EngineDead(Exception):
-    """A request refused because the engine is dead: it arrived after the death, or was waiting
-    for a talker slot or its first audio then."""
-
-
-class ClientLeft(Exception):
-    """The client disconnected before its answer started."""
-
-
-async def _unless_client_leaves(request: Request, work: Awaitable):
-    """`work`'s result, or ClientLeft once the client disconnects first: `work` is cancelled, so a
-    request waiting for a talker slot leaves the line and one waiting for its first audio is
-    aborted in the engine. (The body is read by now: the next ASGI message is the disconnect.)"""
-
-    async def disconnected():
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    task, watcher = asyncio.ensure_future(work), asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-        await asyncio.gather(task, watcher, return_exceptions=True)
-    if task.cancelled():
-        raise ClientLeft()
-    return task.result()
-
-
-async def _first(chunks):
-    """The first PCM chunk, or None when the stream has none."""
-    return await anext(chunks, None)
-
-
-async def watch_engine(engine, on_engine_dead, every_s: float = ENGINE_WATCH_S) -> None:
-    """Calls `on_engine_dead()` once the engine is dead (its core process gone or its output
-    loop ended), even while no request is in flight."""
-    while not engine.errored:
-        await asyncio.sleep(every_s)
-    logger.error(ENGINE_DEAD)
-    on_engine_dead()
-
-
-class EngineWatch:
-    """Whether the talker engine is dead, known from its first sign (vLLM's `errored`, or a
-    request that met vLLM's EngineDeadError) and for good: /health and every request ask this.
-    Knowing it turns away every request waiting for a talker slot, at once, with the dead-engine
-    503. `errored` is `dead()`, for the watchdog."""
-
-    def __init__(self, engine, admission: Admission | None):
-        self.engine, self.admission, self.known = engine, admission, False
-
-    @property
-    def errored(self) -> bool:
-        return self.dead()
-
-    def dead(self, exc: BaseException | None = None) -> bool:
-        if not self.known and (self.engine.errored or isinstance(exc, EngineDeadError)):
-            self.known = True
-            if self.admission is not None:
-                self.admission.refuse_all(EngineDead)
-        return self.known
-
-
-def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dead=None) -> FastAPI:
+def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dead=None, stop: Stop | None = None
+              ) -> FastAPI:
     """The app; `on_startup` (awaited before the first request: raising fails the start),
-    `on_shutdown` (called when the server stops, also after a failed start) and `on_engine_dead`
-    (called once when the engine dies while the app serves: the server's exit)."""
-    from contextlib import asynccontextmanager
-
+    `on_shutdown` (called when the server stops, also after a failed start), `on_engine_dead`
+    (called once when the engine dies while the app serves: the server's exit) and `stop` (the
+    graceful stop's state, reference/serve/stop.py; GracefulServer drives it)."""
     watch = EngineWatch(service.api.engine, service.admission)
+    stop = stop if stop is not None else Stop(0.0)
+    stop.admission = service.admission
 
     @asynccontextmanager
     async def lifespan(app):
@@ -349,6 +155,29 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
     async def client_error(request: Request, exc: RequestError):
         metrics.responses.labels(str(exc.status)).inc()
         return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def routing_error(request: Request, exc: StarletteHTTPException):
+        """Starlette's own errors (no such route, a method the route does not take, a malformed
+        form) in OpenAI's error shape, as every other error."""
+        metrics.responses.labels(str(exc.status_code)).inc()
+        where = f"{request.method} {request.url.path}"
+        allowed = {k.lower(): v for k, v in (exc.headers or {}).items()}.get("allow", "another method")
+        message = {404: f"no route {where}; this server answers {ROUTES}",
+                   405: f"{where}: method not allowed; this path takes {allowed}"
+                   }.get(exc.status_code, f"{where}: {exc.detail}")
+        body = {"error": {"message": message, "type": "invalid_request_error" if exc.status_code < 500 else
+                          "server_error", "param": None, "code": exc.status_code}}
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_path(request: Request, exc: RequestValidationError):
+        metrics.responses.labels("422").inc()
+        first = exc.errors()[0] if exc.errors() else {}
+        param = str(first.get("loc", ["", "request"])[-1])
+        body = {"error": {"message": f"'{param}': {first.get('msg', 'invalid')}", "type": "invalid_request_error",
+                          "param": param, "code": 422}}
+        return JSONResponse(body, status_code=422)
 
     @app.exception_handler(Overloaded)
     async def overloaded(request: Request, exc: Overloaded):
@@ -389,6 +218,9 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
     async def health():
         if watch.dead():  # not ready, from the first sign of the death on
             return JSONResponse({"status": "unhealthy", "error": ENGINE_DEAD}, status_code=503)
+        if stop.stopping:
+            return JSONResponse({"status": "stopping"}, status_code=503,
+                                headers={"Retry-After": str(stop.retry_after_s)})
         return {"status": "ok", "runner": service.runner, "profile": service.profile,
                 "stream_format_default": service.stream_default.header}
 
@@ -397,11 +229,13 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
         """vllm-omni's upload: a multipart form with the WAV `audio_sample`, its `name` and an
         optional `ref_text`; encoded at once, so no request pays for it."""
         store = service.store or VoiceStore(service.voices)  # without a folder: refused naming --voices
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > store.max_bytes + (64 << 10):
-            raise RequestError(413, "audio_sample", f"the upload is {declared} bytes, over the limit of "
-                                                    f"{store.max_bytes} bytes for 'audio_sample'")
-        form = await request.form(max_files=1, max_fields=2)
+        form = await limited_upload(request, store.max_bytes + (64 << 10), store.max_bytes).form(max_files=1, max_fields=2)
+        try:
+            return await _upload(store, form)
+        finally:
+            await form.close()
+
+    async def _upload(store: VoiceStore, form):
         unknown = sorted(set(form) - {"audio_sample", "name", "ref_text"})
         if unknown:
             raise RequestError(400, unknown[0], f"unknown field {unknown[0]!r}: an upload takes audio_sample (a WAV "
@@ -443,7 +277,9 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
         received = time.monotonic()
         if watch.dead():
             raise EngineDead()
-        raw = await _read_body(request, service.limits.max_body_bytes)
+        if stop.stopping:
+            raise stop.refusal()
+        raw = await read_body(request, service.limits.max_body_bytes)
         body = parse_speech(parse_json(raw), model_name=service.model_name, voices=service.voices,
                             runner=service.runner, limits=service.limits, stream_default=service.stream_default)
         speech_request, prompt_tokens = await service.speech_request(body)
@@ -455,15 +291,17 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
         ticket = None  # the talker slot: the speaker gives it back when the engine's work ends
         try:
             if service.admission is not None:
-                ticket = await _unless_client_leaves(request, service.admission.admit())
+                ticket = await unless_client_leaves(request, service.admission.admit(), stop)
             if body.stream_format is None:
-                audio = await _unless_client_leaves(request, service.speaker.whole(speech_request, request_id, ticket))
-                answer = await asyncio.to_thread(_whole_answer, pcm16(audio), body.response_format, body.speed)
+                audio = await unless_client_leaves(request, service.speaker.whole(speech_request, request_id, ticket),
+                                                    stop)
+                answer = await asyncio.to_thread(whole_answer, pcm16(audio), body.response_format, body.speed)
                 metrics.responses.labels("200").inc()
-                return Response(answer, media_type=media, headers={**PCM_HEADERS.get(body.response_format, {}), **chosen})
+                return Response(answer, media_type=WHOLE_MEDIA_TYPES[body.response_format],
+                                headers={**PCM_HEADERS.get(body.response_format, {}), **chosen})
             chunks = service.speaker.stream(speech_request, request_id, received, ticket, usage)
             try:
-                first = await _unless_client_leaves(request, _first(chunks))
+                first = await unless_client_leaves(request, first_chunk(chunks), stop)
             except BaseException:
                 await chunks.aclose()
                 raise
@@ -472,6 +310,8 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
                 ticket.release()
             if isinstance(exc, ClientLeft):
                 return Response(status_code=499)  # nobody reads it; the work was cancelled
+            if isinstance(exc, ServerStopping):  # the drain limit passed before its first audio
+                raise stop.refusal() from None
             if isinstance(exc, Exception) and watch.dead(exc):  # waiting for a slot or the first audio
                 logger.warning("speech request %s ended before its first audio: the talker engine is dead", request_id)
                 raise EngineDead() from None
@@ -479,11 +319,13 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
         metrics.responses.labels("200").inc()
         failed = partial(stream_failed, request_id)
         if body.stream_format == "sse":
-            return ClosingStreamingResponse(_sse(first, chunks, body.response_format, body.speed, usage, failed),
+            return ClosingStreamingResponse(sse_answer(first, chunks, body.response_format, body.speed, usage, failed, stop),
                                             media_type="text/event-stream", sends_waiting=metrics.sends_waiting,
                                             on_failure=failed)
-        described = {"X-Sample-Rate": str(SAMPLE_RATE), **PCM_HEADERS.get(body.response_format, {}), **chosen}
-        return ClosingStreamingResponse(_audio(first, chunks, body.response_format, body.speed), media_type=media,
+        described = {"X-Sample-Rate": str(SAMPLE_RATE), "X-Channels": "1", **DECODED.get(body.response_format, {}),
+                     **chosen}
+        return ClosingStreamingResponse(raw_answer(first, chunks, body.response_format, body.speed, stop),
+                                        media_type=media,
                                         headers=described, sends_waiting=metrics.sends_waiting, on_failure=failed)
 
     return app

@@ -8,12 +8,16 @@ cuts the samples into the codec's frame size and converts the sample format (FFm
 swresample); nothing here touches a sample. The output is a write-only stream (no seek), so every
 muxer writes what a streamed answer can carry: no Xing/LAME header for mp3 (a decoder then keeps
 the encoder's priming, 1105 samples, as silence at the start), ADTS frames for aac (1024 samples
-of priming), Ogg pages with the pre-skip for opus (decoders drop the priming), and FLAC without the
-final STREAMINFO rewrite (the total length stays unknown, as in a streamed WAV). A whole answer
-(`encode_whole`) goes through the same encoder into a seekable buffer, so its header is complete.
+of priming, which ADTS has no field to declare), Ogg pages with the pre-skip for opus (decoders
+drop the priming), and FLAC without the final STREAMINFO rewrite (the total length stays unknown,
+as in a streamed WAV). A whole answer (`encode_whole`) goes through the same encoder into a
+seekable buffer, so its header is complete; whole aac goes into MP4 (`audio/mp4`), whose edit
+list declares the priming, so decoders drop it as mp3's do with the LAME header (FFmpeg's
+decoder then keeps only the last frame's padding: at most 1023 samples after the audio, where
+ADTS kept 1024 before it).
 
 Content types as OpenAI and vllm-omni answer them (vllm-omni 0.30.0, entrypoints/openai/
-serving_speech.py): audio/mpeg, audio/ogg, audio/aac, audio/flac.
+serving_speech.py): audio/mpeg, audio/ogg, audio/aac, audio/flac; and audio/mp4 for whole aac.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class Format:
     media_type: str
     bit_rate: int | None = None  # None: lossless
     muxer_options: tuple[tuple[str, str], ...] = ()  # FFmpeg's muxer options beyond bitexact
+    whole: tuple[str, str] | None = None  # (muxer, media type) of a whole answer, where not the stream's
 
 
 # Mono 24 kHz: mp3 is MPEG-2 layer III there (8-160 kbit/s; LAME's default would be 64).
@@ -42,16 +47,23 @@ FORMATS = {
     # One Opus packet (20 ms) per Ogg page: a page leaves as soon as its packet is encoded. With the
     # muxer's default, 1 s pages, a streamed answer carried its first audio about 2 s of audio late.
     "opus": Format("ogg", "libopus", "audio/ogg", 64_000, (("page_duration", "20000"),)),
-    "aac": Format("adts", "aac", "audio/aac", 96_000),
+    # ADTS cannot declare the encoder's priming; MP4's edit list can, but needs a seekable output.
+    "aac": Format("adts", "aac", "audio/aac", 96_000, whole=("mp4", "audio/mp4")),
     "flac": Format("flac", "flac", "audio/flac"),
 }
 
 
-def _open(target, response_format: str, sample_rate: int):
-    """(FFmpeg's muxer writing to `target`, its encoder's stream). bitexact: no random Ogg serial
-    number, so equal PCM always makes equal bytes."""
+def media_type(response_format: str, whole: bool) -> str:
     spec = FORMATS[response_format]
-    container = av.open(target, mode="w", format=spec.container,
+    return spec.whole[1] if whole and spec.whole else spec.media_type
+
+
+def _open(target, response_format: str, sample_rate: int, whole: bool = False):
+    """(FFmpeg's muxer writing to `target`, its encoder's stream). bitexact: no random Ogg serial
+    number nor MP4 creation time, so equal PCM always makes equal bytes."""
+    spec = FORMATS[response_format]
+    muxer = spec.whole[0] if whole and spec.whole else spec.container
+    container = av.open(target, mode="w", format=muxer,
                         container_options={"fflags": "+bitexact", **dict(spec.muxer_options)})
     stream = container.add_stream(spec.codec, rate=sample_rate, layout="mono")
     if spec.bit_rate is not None:
@@ -101,9 +113,9 @@ class StreamEncoder:
 def encode_whole(response_format: str, pcm: bytes, sample_rate: int = SAMPLE_RATE) -> bytes:
     """A whole answer: the same encoder into a seekable buffer, so the muxer completes its header at
     the end (FLAC's STREAMINFO with the length and MD5; mp3's Xing/LAME header with the encoder
-    delay, which decoders use to drop the priming)."""
+    delay, which decoders use to drop the priming; MP4's edit list for aac)."""
     buffer = io.BytesIO()
-    container, stream = _open(buffer, response_format, sample_rate)
+    container, stream = _open(buffer, response_format, sample_rate, whole=True)
     with container:
         for packet in [*stream.encode(_frame(pcm, sample_rate, 0)), *stream.encode(None)]:
             container.mux(packet)

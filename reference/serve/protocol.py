@@ -48,6 +48,14 @@ class RequestError(Exception):
                           "code": self.status}}
 
 
+def known_voices(voices, shown: int = 3) -> str:
+    """A few of the server's voice names and their count, for an error that met an unknown one."""
+    names = sorted(voices)
+    listed = ", ".join(repr(n) for n in names[:shown])
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"this server knows {len(names)}: {listed}{more} (GET /v1/audio/voices lists them)"
+
+
 @dataclass(frozen=True)
 class Limits:
     max_body_bytes: int = 8 << 20  # the whole request body
@@ -192,7 +200,7 @@ def parse_speech(body: Mapping, *, model_name: str, voices, runner: str, limits:
         raise RequestError(400, "input", "'input' is empty: give the text to speak")
     voice = _voice(body)
     if voice not in voices:
-        raise RequestError(400, "voice", f"unknown voice {voice!r}; this server knows {', '.join(sorted(voices))}")
+        raise RequestError(400, "voice", f"unknown voice {voice!r}; {known_voices(voices)}")
     response_format = _choice(body, "response_format", "wav", RESPONSE_FORMATS)
     stream_format, applied = _stream_format(body, stream_default)
     speed = body.get("speed", 1.0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import logging
 import os
 import re
 import struct
@@ -26,10 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from reference.codec.wav_io import AudioInputError, read_wav
-from reference.serve.protocol import DEFAULT_VOICE, RequestError
+from reference.serve.protocol import DEFAULT_VOICE, RequestError, known_voices
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # a file name anywhere and a URL path segment as is
 CODES = ".codes"
+logger = logging.getLogger("higgs_ref.serve")
 
 
 @dataclass(frozen=True)
@@ -55,27 +57,40 @@ def _voice(path: Path) -> Voice:
 
 
 def load_voices(folder: str | Path | None) -> dict[str, Voice]:
-    """The default (zero-shot) voice plus every NAME.wav of `folder`."""
+    """The default (zero-shot) voice plus every NAME.wav of `folder`. A file that cannot be read,
+    or whose real path leaves the folder (a symbolic link out of it), is skipped with a warning
+    naming it: one bad file does not stop the server."""
     voices = {DEFAULT_VOICE: Voice(DEFAULT_VOICE, None)}
     if folder is None:
         return voices
+    root = Path(folder).resolve()
     for path in sorted(Path(folder).glob("*.wav")):
         if path.stem == DEFAULT_VOICE:
             raise ValueError(f"{path}: the name {DEFAULT_VOICE!r} is the zero-shot voice; rename the file")
-        voices[path.stem] = _voice(path)
+        outside = [p for p in (path, path.with_suffix(".txt")) if not p.resolve().is_relative_to(root)]
+        if outside:  # a link out of the folder: never read, never served
+            logger.warning("voice %s skipped: %s links to %s, outside the voices folder", path, outside[0].name,
+                           outside[0].resolve())
+            continue
+        try:
+            voices[path.stem] = _voice(path)
+        except (OSError, AudioInputError, EOFError, struct.error, ValueError, UnicodeDecodeError) as exc:
+            logger.warning("voice %s skipped: not a readable WAV file (%s)", path, f"{type(exc).__name__}: {exc}")
     return voices
 
 
 def decode_ref_audio(data: bytes, max_seconds: float, param: str = "ref_audio") -> tuple[np.ndarray, int]:
     """A WAV file's bytes -> (mono float samples, rate); RequestError naming `param` otherwise."""
+    if not data:
+        raise RequestError(400, param, f"'{param}' is empty: send a WAV file")
     with tempfile.NamedTemporaryFile(suffix=".wav") as f:
         f.write(data)
         f.flush()
         try:
             samples, rate = read_wav(f.name)
         except (AudioInputError, EOFError, struct.error, ValueError) as exc:
-            raise RequestError(400, param, f"'{param}' is not a readable WAV file: "
-                                           f"{str(exc).replace(f.name, param)}") from None
+            reason = str(exc).replace(f.name, param) or type(exc).__name__
+            raise RequestError(400, param, f"'{param}' is not a readable WAV file: {reason}") from None
     seconds = len(samples) / rate
     if seconds > max_seconds:
         raise RequestError(400, param, f"'{param}' is {seconds:.1f} s long, over the limit of {max_seconds:g} s")
@@ -116,6 +131,9 @@ class VoiceStore:
 
     @staticmethod
     def check_name(name) -> str:
+        if name is None or name == "":
+            raise RequestError(400, "name", "'name' is required: the voice's name, 1 to 64 ASCII letters, digits, "
+                                            "'-' or '_'")
         if not isinstance(name, str) or not NAME.fullmatch(name):
             shown = name if isinstance(name, str) and len(name) <= 80 else f"{str(name)[:80]}..."
             raise RequestError(400, "name", f"voice name {shown!r} must be 1 to 64 ASCII letters, digits, '-' or "
@@ -153,7 +171,7 @@ class VoiceStore:
             raise RequestError(400, "name", f"{name[:80]!r} is not an uploaded voice's name")
         async with self._lock:
             if name not in self.voices:
-                raise RequestError(404, "name", f"no voice {name!r}; this server knows {', '.join(sorted(self.voices))}")
+                raise RequestError(404, "name", f"no voice {name!r}; {known_voices(self.voices)}")
             voice = self.voices.pop(name)
             (folder / f"{name}.wav").unlink(missing_ok=True)
             (folder / f"{name}.txt").unlink(missing_ok=True)
