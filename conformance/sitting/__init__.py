@@ -1,0 +1,1 @@
+"""One GPU sitting from a plan: `python -m conformance.sitting PLAN.yaml` (docs/sitting.md)."""
