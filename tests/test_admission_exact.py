@@ -24,6 +24,10 @@ from reference.serve.metrics import ServeMetrics, metric, parse_metrics
 from reference.serve.wav import pcm16
 from tests.test_serve_failures import BODY, Served, ScriptedSpeaker
 
+# No engine and no platform: the GPU selection runs these too. The overload of a real server:
+# conformance/serving/test_server_limits.py, on the CPU and on CUDA.
+pytestmark = pytest.mark.every_platform
+
 ROUNDS = 20
 DEFAULT = ServingLimits.from_deployment(resolve_deployment("default", "cpu", {}))  # 16 slots, 16 waiting
 

@@ -38,16 +38,16 @@ def test_built_settings_reads_what_the_engine_config_holds():
     config = EngineArgs(
         model=str(cached_checkpoint("tiny", 0)), skip_tokenizer_init=True, dtype="float32", max_model_len=512,
         max_num_seqs=7, max_num_batched_tokens=640, enable_chunked_prefill=False, enable_prefix_caching=False,
-        block_size=64, attention_backend="CPU_ATTN", seed=5, enforce_eager=True,
+        block_size=64, attention_backend="CPU_ATTN", seed=5, enforce_eager=True, stream_interval=3,
     ).create_engine_config()
     built = compat.built_settings(config, SimpleNamespace())
     assert list(built) == list(READBACK_KEYS)
     assert built == {
         "runner": "v1", "compilation_mode": "NONE", "cudagraph_mode": "NONE", "cudagraph_capture_sizes": [],
         "full_cudagraphs": [], "piecewise_cudagraphs": [], "sampler_cudagraphs": False, "max_num_seqs": 7, "max_model_len": 512,
-        "max_num_batched_tokens": 640, "async_scheduling": False, "enable_chunked_prefill": False,
+        "max_num_batched_tokens": 640, "stream_interval": 3, "async_scheduling": False, "enable_chunked_prefill": False,
         "enable_prefix_caching": False, "block_size": 64, "attention_backend": "CPU_ATTN",
-        "attention_backend_built": None, "kv_cache_dtype": "auto", "enforce_eager": True, "seed": 5,
+        "attention_backend_built": None, "kv_cache_dtype": "auto", "dtype": "float32", "enforce_eager": True, "seed": 5,
         "tensor_parallel_size": 1, "data_parallel_size": 1,
     }
 

@@ -175,3 +175,29 @@ def test_the_cli_prints_the_keys_it_will_compare(capsys):
     assert list(build_json) == list(READBACK_KEYS)
     assert build_json["attention_backend_built"] == {"value": "CPU_ATTN", "origin": "platform cpu: its only backend",
                                                      "compared": True}
+
+
+def test_the_talker_dtype_is_compared_where_the_profile_names_one():
+    """default.yaml names float32 on the CPU (the suite's dtype): a bfloat16 build is refused there;
+    on CUDA no profile names one, so vLLM's "auto" choice is printed, not compared."""
+    deployment, expected, built = _build("cpu")
+    assert (expected["dtype"].value, expected["dtype"].compared) == ("float32", True)
+    built["dtype"] = "bfloat16"
+    with pytest.raises(BuildMismatch, match=r"dtype: vLLM built 'bfloat16', the profile resolved 'float32'"):
+        check_build(deployment, [built])
+    _, cuda, _ = _build("cuda")
+    assert not cuda["dtype"].compared
+    _, half, _ = _build("cpu", {"stages.0.dtype": "half"})
+    assert (half["dtype"].value, half["dtype"].compared) == ("float16", True)
+    _, auto, _ = _build("cpu", {"stages.0.dtype": "auto"})
+    assert not auto["dtype"].compared
+
+
+def test_stream_interval_is_compared_where_the_profile_sets_it():
+    _, unset, _ = _build("cuda")
+    assert not unset["stream_interval"].compared
+    deployment, expected, built = _build("cuda", {"stages.0.stream_interval": 4})
+    assert (expected["stream_interval"].value, expected["stream_interval"].compared) == (4, True)
+    built["stream_interval"] = 1
+    with pytest.raises(BuildMismatch, match="stream_interval: vLLM built 1, the profile resolved 4"):
+        check_build(deployment, [built])

@@ -24,6 +24,10 @@ from reference.serve.audio import Speaker
 from reference.serve.metrics import ServeMetrics, metric, parse_metrics
 from tests.test_serve_failures import BODY, Served
 
+# No engine and no platform: the GPU selection runs these too, against the host's vLLM (its EngineDeadError).
+# The engine core killed under a real server: conformance/serving/test_server_limits.py, on the CPU and on CUDA.
+pytestmark = pytest.mark.every_platform
+
 CHUNK = torch.full((960,), 0.25)
 SPEECH = "/v1/audio/speech"
 LIMITS = ServingLimits(slots=4, max_waiting_requests=2, max_queue_wait_s=30.0, profile="test.yaml")

@@ -4,7 +4,8 @@ with Retry-After, a request waiting for a talker slot gets that 503 at once, run
 end within serving.drain_timeout_s end normally, the rest are cut at the limit (SSE: an `error`
 event; raw: no last chunk), and the server stops; a second signal stops it at once. In a child
 process, SIGTERM ends `higgs-serve`'s main with exit status 0 after the engine's shutdown; and
-once on a real CPU server with the tiny dummy checkpoint."""
+SIGTERM and Ctrl-C on a real server: on the CPU in CI, on CUDA in tox -e gpu (`default`, which
+runs Model Runner V2 there)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,10 @@ from reference.serve.wav import pcm16
 from tests.test_serve_failures import Engine, Served
 from reference.serve.__main__ import SERVED_MODEL_NAME
 from tests.test_serve_quickstart import wait_healthy
+from conformance import case_files
+from conformance.environment import has_cuda
 from conformance.serving.serving_client import die_with_parent, free_port
+from higgs_dummy.cache import cached_checkpoint
 
 CHUNK = torch.full((960,), 0.25)
 PACE_S = 0.1  # between two chunks of a fake stream
@@ -237,10 +241,23 @@ def test_sigterm_ends_the_served_process_with_status_0_after_the_engine_stops():
     assert "engine shut down" in out
 
 
+# The real server: on the CPU in CI; on CUDA (marker gpu) in tox -e gpu, where no GPU skips it with
+# its reason (conftest.py) and a GPU skips the CPU variant, as conformance/serving/test_server_limits.py does.
+CPU_VARIANT_ON_CUDA = "the CPU variant: on a CUDA machine the cuda variant runs instead"
+PLATFORMS = [pytest.param("cpu", marks=[pytest.mark.cpu]
+                          + ([pytest.mark.skip(reason=CPU_VARIANT_ON_CUDA)] if has_cuda() else [])),
+             pytest.param("cuda", marks=pytest.mark.gpu)]
+# The no_eoc dummy checkpoint, whose every stream runs to its max_tokens: the tiny greedy one ends a
+# 150-word input after 742 rows (the talker oracle's count), within the 2 s drain at the 1-2 ms a row
+# estimated for a GPU. 203 prompt tokens + 3800 rows fit `default`'s max_model_len 4096: 3.8 s or
+# more a stream at 1 ms a row.
+REAL_INPUT, REAL_MAX_TOKENS = "word " * 40, 3800
+
+
 async def _real_stream(client, stream_format: str, opened: list):
     """A speech stream long enough to outlast the drain: (when it ended, its last bytes, whether it broke off)."""
-    body = {"model": SERVED_MODEL_NAME, "input": "word " * 150, "stream_format": stream_format,
-            "response_format": "pcm", "max_tokens": 3000}
+    body = {"model": SERVED_MODEL_NAME, "input": REAL_INPUT, "stream_format": stream_format,
+            "response_format": "pcm", "max_tokens": REAL_MAX_TOKENS}
     received, broke = b"", False
     async with client.stream("POST", SPEECH, json=body) as response:
         assert response.status_code == 200, await response.aread()
@@ -254,16 +271,26 @@ async def _real_stream(client, stream_format: str, opened: list):
     return time.monotonic(), received, broke
 
 
-def _signalled_real_server(tmp_path, drain_s: float, send_signal):
-    """The tiny dummy checkpoint served under `default` with the drain limit `drain_s`: an SSE and a
-    raw stream run when `send_signal(server)` is called; 0.2 s later /health and a new request are
-    asked. (signalled, health, late, endings, exit status, log)."""
-    subprocess.run([sys.executable, "-m", "higgs_dummy", str(tmp_path / "ckpt")], check=True, timeout=300,
-                   capture_output=True)
+def _platform_sets(platform: str) -> list[str]:
+    """`--set` arguments for the platform. On CUDA, as the serving checks' servers boot there: the
+    talker in float32 (the CPU's dtype under `default`) and server.yaml's `gpu_overrides` (a fixed
+    1 GiB KV cache, so that the server shares the GPU with tox -e gpu's other engines)."""
+    if platform != "cuda":
+        return []
+    overrides = {"stages.0.dtype": "float32", **case_files.load("serving/server")["gpu_overrides"]}
+    return [a for key, value in overrides.items() for a in ("--set", f"{key}={value}")]
+
+
+def _signalled_real_server(tmp_path, platform: str, drain_s: float, send_signal):
+    """The tiny no_eoc dummy checkpoint served under `default` on `platform` with the drain limit
+    `drain_s`: an SSE and a raw stream run when `send_signal(server)` is called; 0.2 s later
+    /health and a new request are asked. (signalled, health, late, endings, exit status, log)."""
     port, log_path = free_port(), tmp_path / "server.log"
     with open(log_path, "w") as log:
-        server = subprocess.Popen([sys.executable, "-m", "reference.serve", "--model", str(tmp_path / "ckpt"),
-                                   "--port", str(port), "--set", f"serving.drain_timeout_s={drain_s}"],
+        server = subprocess.Popen([sys.executable, "-m", "reference.serve", "--model",
+                                   str(cached_checkpoint("tiny", 0, "no_eoc")), "--platform", platform,
+                                   "--port", str(port), "--set", f"serving.drain_timeout_s={drain_s}",
+                                   *_platform_sets(platform)],
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                   preexec_fn=die_with_parent)
 
@@ -294,37 +321,42 @@ def _signalled_real_server(tmp_path, drain_s: float, send_signal):
     return signalled, health, late, endings, status, log_path.read_text(errors="replace")
 
 
-@pytest.mark.cpu
+def _last_event(sse_tail: bytes) -> dict:
+    return _events(sse_tail[sse_tail.rindex(b"data: "):])[-1]
+
+
 @pytest.mark.slow
 @pytest.mark.dummy_weights
-def test_sigterm_during_streams_on_a_real_cpu_server(tmp_path):
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_sigterm_during_streams_on_a_real_server(tmp_path, platform):
     """SIGTERM to the server's process (as Docker and Kubernetes send it), drain limit 2 s, while an
     SSE and a raw stream run: /health and a new request answer 503, the SSE stream ends with the
     `error` event and the raw one breaks off, both within the limit + 1 s, and the exit status is 0."""
     drain_s = 2.0
     signalled, health, late, endings, status, log = _signalled_real_server(
-        tmp_path, drain_s, lambda server: server.send_signal(signal.SIGTERM))
+        tmp_path, platform, drain_s, lambda server: server.send_signal(signal.SIGTERM))
     assert health.status_code == 503 and late.status_code == 503 and late.headers["Retry-After"] == "2"
     (sse_end, sse_tail, _), (raw_end, _, raw_broke) = endings
-    assert _events(sse_tail[sse_tail.rindex(b"data: "):])[-1]["error"]["type"] == "server_stopping"
+    last = _last_event(sse_tail)
+    assert last.get("error", {}).get("type") == "server_stopping", f"the SSE stream was not cut: it ended with {last}"
     assert raw_broke
     for ended in (sse_end, raw_end):
         assert drain_s <= ended - signalled < drain_s + 1, log[-3000:]
     assert status == 0, f"SIGTERM: exit status {status}:\n{log[-3000:]}"
 
 
-@pytest.mark.cpu
 @pytest.mark.slow
 @pytest.mark.dummy_weights
-def test_ctrl_c_to_the_process_group_stops_engine_and_server_at_once_with_status_0(tmp_path):
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_ctrl_c_to_the_process_group_stops_engine_and_server_at_once_with_status_0(tmp_path, platform):
     """Ctrl-C in a terminal signals the whole process group: vLLM's engine core stops with it, so
     the drain cannot run. The streams learn their end once the engine is gone (SSE: an `error`
     event; 2.4 s on the 2-core CPU, most of it the engine core's own exit), and the exit status is
     still 0: the stop was asked for."""
     signalled, _, _, endings, status, log = _signalled_real_server(
-        tmp_path, 20.0, lambda server: os.killpg(server.pid, signal.SIGINT))
+        tmp_path, platform, 20.0, lambda server: os.killpg(server.pid, signal.SIGINT))
     (sse_end, sse_tail, _), (raw_end, _, raw_broke) = endings
-    assert _events(sse_tail[sse_tail.rindex(b"data: "):])[-1]["type"] == "error"
+    assert _last_event(sse_tail)["type"] == "error"
     assert raw_broke
     for ended in (sse_end, raw_end):
         assert ended - signalled < 5, log[-3000:]

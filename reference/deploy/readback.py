@@ -38,6 +38,7 @@ READBACK_KEYS: dict[str, str] = {
     "max_num_seqs": "scheduler_config.max_num_seqs",
     "max_model_len": "model_config.max_model_len",
     "max_num_batched_tokens": "scheduler_config.max_num_batched_tokens",
+    "stream_interval": "scheduler_config.stream_interval (talker steps per output a request gets)",
     "async_scheduling": "scheduler_config.async_scheduling",
     "enable_chunked_prefill": "scheduler_config.enable_chunked_prefill",
     "enable_prefix_caching": "cache_config.enable_prefix_caching",
@@ -45,6 +46,7 @@ READBACK_KEYS: dict[str, str] = {
     "attention_backend": "attention_config.backend: the backend asked for (null: vLLM chooses)",
     "attention_backend_built": "the backend class of the attention layers",
     "kv_cache_dtype": "cache_config.cache_dtype",
+    "dtype": "model_config.dtype: the talker's weights and activations",
     "enforce_eager": "model_config.enforce_eager",
     "seed": "model_config.seed",
     "tensor_parallel_size": "parallel_config.tensor_parallel_size",
@@ -52,9 +54,12 @@ READBACK_KEYS: dict[str, str] = {
 }
 # Keys read from stage 0 under the same name (an engine argument of that name).
 _ENGINE_ARG_KEYS = (
-    "max_num_seqs", "max_model_len", "max_num_batched_tokens", "async_scheduling", "enable_chunked_prefill",
+    "max_num_seqs", "max_model_len", "max_num_batched_tokens", "stream_interval", "async_scheduling",
+    "enable_chunked_prefill",
     "enable_prefix_caching", "block_size", "kv_cache_dtype", "tensor_parallel_size", "data_parallel_size",
 )
+# vLLM's other names of a dtype, as torch names it.
+DTYPE_ALIASES = {"half": "float16", "float": "float32"}
 # Values that name an enum member in vLLM (compared by name, upper case).
 _ENUM_KEYS = ("compilation_mode", "cudagraph_mode", "attention_backend", "attention_backend_built")
 # vLLM's CompilationMode by number (a file may write the number); the same in 0.26 and 0.32.
@@ -147,6 +152,12 @@ def expected_build(deployment, overrides: Mapping[str, Any] | None = None) -> di
         out["attention_backend_built"] = Expected(None, VLLM_DEFAULT, compared=False)
 
     out["enforce_eager"] = eager
+    dtype = given("dtype")
+    if dtype is None or dtype.value == "auto":  # vLLM's choice, by the checkpoint and the platform
+        out["dtype"] = Expected(None if dtype is None else "auto", VLLM_DEFAULT if dtype is None else dtype.origin,
+                                compared=False)
+    else:
+        out["dtype"] = Expected(DTYPE_ALIASES.get(dtype.value, dtype.value), dtype.origin)
     out["seed"] = given("seed") or Expected(TALKER_ENGINE_ARGS["seed"], f"{LAUNCHER}: TALKER_ENGINE_ARGS")
     for name in _ENUM_KEYS:
         found = out[name]
