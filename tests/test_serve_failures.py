@@ -76,9 +76,10 @@ class Served:
 
     def __init__(self, speaker, limits=None, on_engine_dead=None):
         self.speaker = speaker
+        pace = getattr(speaker, "pace", None)  # a speaker that measures the talker's pace gates on it
         service = FakeService(speaker=speaker, model_name="m", runner="v1", profile="default", max_model_len=1024,
                               default_sampling={}, voices={"default": None}, stream_default=EXACT,
-                              admission=None if limits is None else Admission(limits, speaker.metrics))
+                              admission=None if limits is None else Admission(limits, speaker.metrics, pace))
         self.service = service
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"

@@ -4,7 +4,8 @@
 
 Each mutation plants one defect in a copy of the tree and runs the check of
 conformance/serving/test_serving.py or test_server_limits.py meant to catch it, against a server started from that copy (one
-server boot per mutation: about a minute and a half each on a CPU). The mechanics:
+server boot per mutation: about a minute and a half each on a CPU); the pace gate's defect is caught without an
+engine, by tests/test_admission_pace.py (seconds). The mechanics:
 conformance/mutations/run.py. On a CPU the selections run the cpu_default variant; on a GPU
 machine the gpu_* variants.
 """
@@ -79,6 +80,9 @@ MUTATIONS = [
      (LIMITS, "-k", "overload")),
     ("a server that keeps running on a dead engine (the watchdog's exit dropped)", MAIN,
      "    exits.append(ENGINE_DEAD_EXIT)\n", "    return\n", (LIMITS,)),
+    ("a pace gate that no longer reads the pace (serving.min_realtime_factor set, a free slot always taken)",
+     ADMISSION, "        return floor is None or self.running == 0 or pace is None or pace >= floor\n",
+     "        return True\n", ("tests/test_admission_pace.py",)),
 ]
 
 

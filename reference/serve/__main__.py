@@ -24,7 +24,9 @@ uploads there (reference/serve/voices.py), so they are kept across restarts.
 Before serving, what vLLM built is read back and compared with the profile (reference/deploy/readback.py),
 and the code2wav stage decodes a window of each length once (CodecStage.warm), so the first
 request's audio does not wait for the decoder's first use.
-The profile's `serving` limits bound the requests waiting for a talker slot (reference/serve/admission.py).
+The profile's `serving` limits bound the requests waiting for a talker slot and, with
+`serving.min_realtime_factor`, hold them while the talker's pace is under real time x the factor
+(reference/serve/admission.py).
 Exit status: 0 after a normal stop, 2 for an invalid profile or override, 3 when the start
 check refused what vLLM built, 1 when the engine died while serving (EXIT_DEADLINE_S after the
 watchdog saw it at the latest).
@@ -90,7 +92,7 @@ def build_service(args):
         voices=voices,
         stream_default=stream_default(check_stream(deployment.geometry, codec.cfg)),
         limits=limits,
-        admission=Admission(ServingLimits.from_deployment(deployment), metrics),
+        admission=Admission(ServingLimits.from_deployment(deployment), metrics, speaker.pace),
         store=VoiceStore(voices, Path(args.voices) if args.voices else None, limits.max_ref_audio_bytes,
                          limits.max_ref_audio_seconds),
     )

@@ -11,18 +11,24 @@ source aborts it once more by id (a no-op when already gone) before counting it 
 talker slot at its next step.
 
 Whole: every row first, then one offline decode of all frames by the same stage.
+
+Either way each request's rows go to the talker's pace (`Speaker.pace`, reference/serve/pace.py:
+a meter per request; a stream asks for its next rows once the stage took its frames), which the
+admission's pace gate reads (reference/serve/admission.py) and `/metrics` shows
+(`higgs_serve_talker_steps_per_second`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from reference.serve.admission import Ticket
 from reference.serve.metrics import ServeMetrics
+from reference.serve.pace import Pace
 from reference.speech import RowsToFrames, SpeechAPI, SpeechRequest, SpeechResult
 
 
@@ -62,16 +68,23 @@ class Usage:
 class Speaker:
     api: SpeechAPI  # with its code2wav stage (SpeechAPI.stage)
     metrics: ServeMetrics
+    pace: Pace = field(default_factory=Pace)  # the talker's steps a second, from every request's rows
+
+    def __post_init__(self):
+        self.metrics.show_pace(self.pace)
 
     async def whole(self, request: SpeechRequest, request_id: str, ticket: Ticket | None = None) -> torch.Tensor:
         """Every row, then the offline decode of all frames. [T * 960] float"""
-        progress, rows = _Progress(self.metrics), []
+        progress, rows, meter = _Progress(self.metrics), [], self.pace.meter()
         try:
             try:
                 async for new_rows in self.api.stream_rows(request, request_id):
+                    meter.rows(len(new_rows))
                     progress.running()
                     rows.extend(new_rows)
+                    meter.asking()
             finally:
+                meter.end()
                 _release(ticket)  # the engine's work is done: the talker slot goes to the next request
             return await self.api.stage.decode(SpeechResult(rows, [], None).frames)
         finally:
@@ -82,17 +95,21 @@ class Speaker:
         """The request's real frames [8, n]; ended early (closed or cancelled), it aborts and counts.
         Its talker slot (`ticket`) is given back when its engine request ends, however it ends."""
         rows, frames, ended = self.api.stream_rows(request, request_id), RowsToFrames(), False
+        meter = self.pace.meter()
         try:
             async for new_rows in rows:
+                meter.rows(len(new_rows))
                 progress.running()
                 if usage is not None:
                     usage.output_tokens += len(new_rows)
                 yield frames.add(new_rows)
+                meter.asking()  # the stage took the frames; how long it held this source shows here
             ended = True
         except Exception:  # the response reports and logs it (reference/serve/app.py), once
             ended = True
             raise
         finally:
+            meter.end()
             await rows.aclose()
             if not ended:  # the client left: abort the engine request
                 await self.api.engine.abort(request_id)

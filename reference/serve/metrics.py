@@ -11,13 +11,18 @@ vLLM's (process-wide registry: `vllm:num_requests_running`, `vllm:num_requests_w
 - higgs_serve_ttfa_seconds            request received -> first PCM chunk ready (streamed requests)
 - higgs_serve_queue_depth             requests waiting for a talker slot (reference/serve/admission.py)
 - higgs_serve_rejected_total{limit}   requests turned away with 503 by the serving limit they met
-                                      (max_waiting_requests, max_queue_wait_s)
+                                      (max_waiting_requests, max_queue_wait_s, min_realtime_factor)
+- higgs_serve_talker_steps_per_second the talker's pace, read from the rows of running requests
+                                      (reference/serve/pace.py; NaN while none is measured): 25 is
+                                      a stream in real time
 - higgs_serve_sends_waiting           streamed responses whose send waits for the client to take bytes
                                       (a slow or stalled reader: its socket and the transport's buffer
                                       are full; the stream's producer waits behind it)
 """
 
 from __future__ import annotations
+
+import math
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -40,8 +45,14 @@ class ServeMetrics:
         self.queue_depth = Gauge("higgs_serve_queue_depth", "requests waiting for a talker slot", registry=r)
         self.rejected = Counter("higgs_serve_rejected", "requests turned away (503) by a serving limit", ["limit"],
                                 registry=r)
+        self.talker_pace = Gauge("higgs_serve_talker_steps_per_second",
+                                 "the talker's steps a second, from the rows of running requests", registry=r)
         self.sends_waiting = Gauge("higgs_serve_sends_waiting", "streamed responses whose send waits for the client",
                                    registry=r)
+
+    def show_pace(self, pace) -> None:
+        """The pace gauge reads `pace` (reference/serve/pace.py) at scrape time; NaN while unmeasured."""
+        self.talker_pace.set_function(lambda: math.nan if (value := pace.steps_per_second()) is None else value)
 
     def render(self) -> bytes:
         return generate_latest(REGISTRY) + generate_latest(self.registry)
