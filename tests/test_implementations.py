@@ -17,7 +17,7 @@ import pytest
 from conformance import case_files
 from conformance.environment import has_cuda
 from conformance.serving import implementations, results
-from conformance.serving.implementations import GENERIC, REFERENCE, VLLM_OMNI, choose, series
+from conformance.serving.implementations import GENERIC, REFERENCE, SGLANG_OMNI, VLLM_OMNI, choose, series
 from reference.serve.metrics import metric
 
 pytestmark = pytest.mark.cpu
@@ -44,6 +44,7 @@ def test_the_environment_chooses_and_the_options_win():
     ("tts", None, "--implementation"),  # not an implementation
     ("vllm-omni", None, "--server-url"),  # the suite starts only ours
     ("generic", None, "--server-url"),
+    ("sglang-omni", None, "--server-url"),
     ("reference", "127.0.0.1:8000", "--server-url"),  # no scheme
     ("reference", "http://127.0.0.1:8000/v1", "--server-url"),  # a base URL, not an endpoint
 ])
@@ -152,6 +153,80 @@ def test_a_reference_outside_the_durations_an_implementation_accepts_is_drawn_at
     assert upstream["ref_text"] == "The reference." and upstream["seed"] == 7
 
 
+METRIC_FEATURES = ("metrics", "abort_metric", "sends_waiting", "server_errors")
+
+
+@pytest.mark.parametrize("impl", implementations.IMPLEMENTATIONS.values(), ids=lambda i: i.name)
+def test_each_adapters_feature_table_is_consistent(impl):
+    """What an adapter lacks is a feature the checks know, each with its reason; a server without /metrics lacks
+    every check that reads it; it streams only formats it answers, and names a media type only for those."""
+    assert set(impl.lacks) <= set(implementations.FEATURES) and all(impl.lacks.values()), impl.lacks
+    if impl.metrics is None:
+        assert set(METRIC_FEATURES) <= set(impl.lacks), set(METRIC_FEATURES) - set(impl.lacks)
+    elif impl.metrics.sends_waiting is None:
+        assert "sends_waiting" in impl.lacks
+    assert impl.streamed_formats <= impl.whole_formats <= implementations.OPENAI_FORMATS
+    assert set(impl.whole_media_types) <= impl.whole_formats and set(impl.format_bounds) <= impl.whole_formats
+    assert "stream_format" not in impl.streamed_fields  # Implementation.streamed sets it
+    assert ("repeatable" in impl.lacks) == (not impl.repeatable)
+    assert impl.ref_audio in ("base64", "data_uri") and impl.ref_audio_seconds[0] <= impl.ref_audio_seconds[1]
+
+
+def test_the_sglang_omni_adapter_spells_its_requests_and_says_what_it_lacks():
+    wav = b"RIFF....WAVEfmt "
+    body = SGLANG_OMNI.body("m", "Hi.", ref_wav=wav, ref_text="Hello.", default_max_tokens=160)
+    assert body == {"model": "m", "input": "Hi.", "voice": "default", "temperature": 0.0, "max_new_tokens": 160,
+                    "ref_audio": "data:audio/wav;base64," + base64.b64encode(wav).decode(), "ref_text": "Hello."}
+    # OpenAI asks for a stream with stream_format alone; sglang-omni streams only with `stream: true`, raw PCM.
+    assert SGLANG_OMNI.streamed({"response_format": "pcm"}, "audio") == {
+        "response_format": "pcm", "stream_format": "audio", "stream": True}
+    assert REFERENCE.streamed({"response_format": "wav"}, "sse") == {"response_format": "wav", "stream_format": "sse"}
+    assert SGLANG_OMNI.format_reason("pcm", streamed=True) is None
+    assert "wav streamed in none of pcm" in SGLANG_OMNI.format_reason("wav", streamed=True)
+    assert SGLANG_OMNI.format_reason("aac", streamed=False) is None
+    assert all(SGLANG_OMNI.not_applicable(f).startswith("not applicable to sglang-omni: its server has no /metrics")
+               for f in METRIC_FEATURES)
+    assert SGLANG_OMNI.not_applicable("health", "repeatable", "sse", "ref_audio") is None
+    assert choose("sglang-omni", "http://gpu:8000/", environ={}) == implementations.Selection(SGLANG_OMNI,
+                                                                                           "http://gpu:8000")
+
+
+def _dead_url() -> str:
+    """A loopback URL where nothing listens (a port bound once and let go)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_the_checks_aimed_at_a_dead_url_fail_naming_it_and_never_start_a_server_in_its_place(tmp_path):
+    """No server at the URL: the checks that need one fail at setup, naming the URL and the implementation; none
+    passes, none is judged against a server the suite started (ours writes its log under the fixtures' work
+    folder, which stays empty)."""
+    url = _dead_url()
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
+                          "--basetemp", str(tmp_path / "base"), "conformance/serving/test_serving.py", "-k",
+                          "test_models_list or test_health_answers", "--implementation", "sglang-omni",
+                          "--server-url", url], cwd=ROOT, env=PYTHON_ENV, capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode == pytest.ExitCode.TESTS_FAILED, out[-3000:]
+    assert f"--server-url {url}: no server answers there" in out, out[-3000:]
+    assert "start sglang-omni's server first" in out, out[-3000:]
+    assert "2 errors" in out and "passed" not in out, out[-3000:]
+    assert not list((tmp_path / "base").rglob("server.log")), "a server was started in the dead URL's place"
+
+
+def test_a_results_run_at_a_dead_url_is_refused_and_writes_nothing(tmp_path):
+    url = _dead_url()
+    with pytest.raises(SystemExit) as refused:
+        results.main(["run", "--implementation", "sglang-omni", "--server-url", url, "--out", str(tmp_path)])
+    assert f"no server answers at {url}" in str(refused.value.code), refused.value.code
+    assert "start sglang-omni's server there first" in str(refused.value.code)
+    assert not list(tmp_path.iterdir())
+
+
 # --- the results table ----------------------------------------------------------------------------------------
 
 def test_a_checks_name_drops_the_implementation_parameter():
@@ -245,7 +320,7 @@ def test_the_table_has_a_column_per_implementation_and_a_row_per_check():
 
 def test_the_docs_table_is_the_one_the_committed_results_make():
     docs = results.load_all()
-    assert [d["implementation"] for d in docs] == ["reference", "vllm-omni"]
+    assert [d["implementation"] for d in docs] == ["reference", "vllm-omni", "sglang-omni"]
     text = (ROOT / "docs" / "implementations.md").read_text()
     assert results.replace_table(text, results.table(docs)) == text, (
         "docs/implementations.md is stale: python -m conformance.serving.results table --write docs/implementations.md")

@@ -41,6 +41,7 @@ IMPLEMENTATIONS = {
     "transformers": "diff-transformers",
     "vllm-omni": "diff-vllm-omni",
     "vllm-omni-cpu": "upstream-cpu",
+    "sglang-omni": "diff-sglang-omni",
 }
 CHECKS = ("delay_pattern", "state_machine", "talker_streams", "codec_decode", "encoder_codes", "talker2code2wav",
           "stream_offline", "request_validation", "long_input", "seeded_sampling", "abort")
@@ -72,6 +73,13 @@ INPUT_FILES = (
     "golden/talker/streams.json",
 )
 EXTRA_INPUT_FILES = {
+    # sglang-omni's pieces on our inputs, and its loaders on the 4b dummy's parts
+    "sglang-omni": (
+        "conformance/differential/adapter_sglang_omni.py",
+        "higgs_dummy/checkpoint.py",
+        "higgs_dummy/tokenizer.py",
+        "reference/talker/prompts.py",
+    ),
     # upstream's talker run on our prompts and dummy checkpoints, named against our oracle
     "vllm-omni-cpu": (
         "conformance/differential/adapter_vllm_omni_cpu.py",

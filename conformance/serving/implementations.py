@@ -3,9 +3,11 @@
 One switch, two settings:
 
 - `--implementation NAME` (env HIGGS_IMPLEMENTATION): `reference` (default: ours, python -m reference.serve),
-  `vllm-omni` (upstream's `vllm-omni serve MODEL --omni`) or `generic` (any OpenAI-compatible speech server);
+  `vllm-omni` (upstream's `vllm-omni serve MODEL --omni`), `sglang-omni` (`sgl-omni serve --model-path MODEL`) or
+  `generic` (any OpenAI-compatible speech server);
 - `--server-url URL` (env HIGGS_SERVER_URL): the server to judge. Without it the fixtures start our own server
-  per variant of conformance/cases/serving/server.yaml, as before; `vllm-omni` and `generic` need it.
+  per variant of conformance/cases/serving/server.yaml, as before; every other implementation needs it, and a URL
+  where no server answers fails the checks saying so (the suite never starts ours in its place).
 
 With a URL the checks marked `reference_only` skip with their reason (they need our server's internals: its
 `--set` overrides, its engine-core process, its metric names, the tiny dummy checkpoint's goldens), and a check
@@ -22,7 +24,8 @@ gauges of requests in flight and of what must be idle once nothing runs, a gauge
 the series that count 5xx answers.
 
 The vllm-omni facts are from the 0.30.0 wheel (`pip download --no-deps vllm-omni==0.30.0`), paths inside
-`vllm_omni/`; none of its code is copied here.
+`vllm_omni/`; the sglang-omni facts from the 0.1.9 wheel (`pip download --no-deps sglang-omni==0.1.9`, sha256
+dcc1d0a4...cac05), paths inside `sglang_omni/`. None of their code is copied here.
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ class Implementation:
     streamed_formats: frozenset = frozenset()
     # Per format, the bounds of server.yaml's `formats` that its encoder needs otherwise (a lower bitrate).
     format_bounds: dict = field(default_factory=dict)
+    # Fields a streamed request needs besides stream_format (OpenAI's way to ask for a stream is stream_format alone).
+    streamed_fields: dict = field(default_factory=dict)
     described_by: tuple[str, ...] = ("content-type",)  # the headers it describes audio with
     whole_media_types: dict = field(default_factory=dict)  # format -> a whole answer's Content-Type, if not MEDIA_TYPES
     error_field_in: str = "param"  # where a 4xx names the field: "param" (OpenAI's error.param) or "param_or_message"
@@ -148,6 +153,11 @@ class Implementation:
             body["ref_text"] = ref_text
         body.update(extra)
         return self.spell(body)
+
+    def streamed(self, body: dict, stream_format: str = "audio") -> dict:
+        """`body` (already in this implementation's spelling) asking for a streamed answer: `stream_format` (audio or
+        sse) and whatever else this implementation needs to stream."""
+        return {**body, "stream_format": stream_format, **self.streamed_fields}
 
     def spell(self, body: dict) -> dict:
         """A request written with the suite's field names, in this implementation's: renamed, a field renamed to
@@ -251,6 +261,47 @@ VLLM_OMNI = Implementation(
     ),
 )
 
+SGLANG_OMNI = Implementation(
+    name="sglang-omni",
+    description="sglang-omni 0.1.9, `sgl-omni serve --model-path MODEL` (serve/openai_api.py; models/higgs_tts/)",
+    lacks={
+        "metrics": "its server has no /metrics (serve/openai_api.py registers none; its routes: /health, /v1/models, "
+                   "/v1/audio/speech, /v1/audio/voices, admin routes)",
+        "abort_metric": "its server has no /metrics, so no counter of aborted requests (serve/openai_api.py)",
+        "sends_waiting": "its server has no /metrics, so no gauge of sends waiting on a client (serve/openai_api.py)",
+        "server_errors": "its server has no /metrics, so no counter of 5xx answers (serve/openai_api.py)",
+        "named_voice": "the suite's named voice is a WAV of our --voices folder; its named voices are uploads through "
+                       "POST /v1/audio/voices with a `consent` field (serve/openai_api.py:649-656), and the Higgs "
+                       "pipeline answers 400 for any other name (models/higgs_tts/config.py:173-174, "
+                       "serve/speech_service.py:827-833)",
+    },
+    # Greedy at temperature 0: argmax over the raw logits (models/higgs_tts/sampler.py:311-316); its speech requests
+    # otherwise sample at temperature 0.8, top_p 0.8, top_k 30 (models/higgs_tts/stages.py:101-105). A `seed` would
+    # also repeat (sampler.py:346-356: drawn from (seed, step x 8 + codebook)).
+    repeatable={"temperature": 0.0},
+    renamed={"max_tokens": "max_new_tokens"},  # serve/protocol.py:439
+    # `ref_audio` is a path or URL (http, https, data, file): a data: URI (serve/speech_service.py:1007-1029).
+    ref_audio="data_uri",
+    # A clip under 1 s is padded to 1 s before encoding (models/higgs_tts/audio_codec.py:340-343); over 100 s refused
+    # (models/higgs_tts/stages.py:84, 381-386).
+    ref_audio_seconds=(0.0, 100.0),
+    # Its engine answers up to 2048 rows by default (models/higgs_tts/config.py:57, stages.py:445).
+    caps_length=True,
+    whole_formats=OPENAI_FORMATS,  # serve/protocol.py:367 (mp3, opus, aac through PyAV; flac through soundfile)
+    # A stream is raw 16-bit PCM or SSE of it: `stream: true` (or stream_format sse) with response_format pcm, else
+    # 400 "stream=true requires response_format='pcm'" (serve/speech_service.py:322-329); stream_format audio
+    # without `stream` answers whole (serve/openai_api.py:1912).
+    streamed_formats=frozenset({"pcm"}),
+    streamed_fields={"stream": True},
+    # Streams name X-Sample-Rate, X-Channels, X-Bit-Depth (serve/openai_api.py:2301-2305); whole answers, raw PCM
+    # included, only their Content-Type (serve/openai_api.py:1952-1990): only Content-Type is judged.
+    described_by=("content-type",),
+    whole_media_types={"opus": "audio/opus"},  # Ogg Opus, named audio/opus (client/audio.py:23-30)
+    # Its 4xx carry error.param where the field is known; a request that fails its pydantic model names the field in
+    # the message only (serve/speech_service.py:278-279, serve/speech_errors.py:96-103).
+    error_field_in="param_or_message",
+)
+
 GENERIC = Implementation(
     name="generic",
     description="any OpenAI-compatible speech server: only OpenAI's request fields, no metrics assumed",
@@ -271,7 +322,7 @@ GENERIC = Implementation(
     error_field_in="param_or_message",
 )
 
-IMPLEMENTATIONS = {i.name: i for i in (REFERENCE, VLLM_OMNI, GENERIC)}
+IMPLEMENTATIONS = {i.name: i for i in (REFERENCE, VLLM_OMNI, SGLANG_OMNI, GENERIC)}
 
 
 @dataclass(frozen=True)

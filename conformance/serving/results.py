@@ -107,7 +107,23 @@ def write(doc: dict, out_dir: Path = RESULTS_DIR) -> Path:
     return path
 
 
+def nothing_answers(url: str, timeout: float = 10.0) -> str | None:
+    """Why no server answers GET URL/v1/models (a connection refused, a timeout), or None when one answers."""
+    import httpx
+
+    try:
+        httpx.get(f"{url.rstrip('/')}/v1/models", timeout=timeout, trust_env=False)
+    except httpx.TransportError as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
 def run(name: str, url: str, pytest_args: list[str], out_dir: Path = RESULTS_DIR) -> tuple[int, Path]:
+    """Refuses (SystemExit naming the URL and the implementation, nothing written) when no server answers at URL:
+    every check would fail on the connection, and the implementation's recorded results would be replaced by that."""
+    if (why := nothing_answers(url)) is not None:
+        raise SystemExit(f"no server answers at {url} ({why}): start {name}'s server there first; "
+                         f"{out_dir / (name + '.json')} is left as it was")
     recorder = Recorder(name)
     args = ["-p", "no:xdist", "-p", "no:cacheprovider", "-q", "-rs", CHECKS, "--implementation", name,
             "--server-url", url, *pytest_args]

@@ -130,8 +130,9 @@ class RemoteServer(Server):
         try:
             listed = self.client.get("/v1/models", timeout=30.0)
         except httpx.TransportError as error:
-            raise RuntimeError(f"--server-url {url}: no server answers there ({error}): start it first "
-                               f"(docs/implementations.md)") from None
+            raise RuntimeError(f"--server-url {url}: no server answers there ({error}): start "
+                               f"{implementation.name}'s server first (docs/implementations.md); the suite judges "
+                               f"only the server at the URL given, never another in its place") from None
         assert listed.status_code == 200, f"GET {url}/v1/models answered {listed.status_code}: {listed.text[:300]}"
         served = [m["id"] for m in listed.json()["data"]]
         assert served, f"GET {url}/v1/models lists no model"
