@@ -25,6 +25,10 @@ from reference.talker.prompt_salt import PromptSalts
 from reference.talker.special_tokens import load_tokenizer, special_ids
 
 
+class EngineAborted(RuntimeError):
+    """A streamed request the engine finished as aborted: its audio stops short of its end."""
+
+
 @dataclass(frozen=True)
 class SpeechRequest:
     """Text to speak, with an optional reference voice: its audio (a WAV path, or mono float
@@ -127,6 +131,9 @@ class SpeechAPI:
             rows = self._audio_rows(steps)
             if rows:
                 yield rows
+            if output.outputs[0].finish_reason == "abort":  # not by this stream: its close aborts without an output
+                raise EngineAborted(f"the talker engine aborted request {request_id} before its end (the engine "
+                                    "stopping, or an abort from outside the stream): its audio is incomplete")
 
     async def stream_frames(self, request: SpeechRequest, request_id: str) -> AsyncIterator[torch.Tensor]:
         """Real codec frames [8, n] as their rows arrive (n may be 0); closing the iterator aborts."""

@@ -22,6 +22,7 @@ from reference.serve.admission import ServingLimits
 from reference.serve.lifecycle import ENGINE_DEAD
 from reference.serve.audio import Speaker
 from reference.serve.metrics import ServeMetrics, metric, parse_metrics
+from reference.speech import EngineAborted
 from tests.test_serve_failures import BODY, Served
 
 # No engine and no platform: the GPU selection runs these too, against the host's vLLM (its EngineDeadError).
@@ -235,3 +236,59 @@ def test_a_stream_failing_on_a_live_engine_logs_its_traceback_once(stream_format
         assert b'"message": "ValueError: the codec broke", "type": "server_error"' in body
     assert sum(line.startswith("Traceback") for line in lines) == 1, "\n".join(lines)
     assert sum("failed after its first audio" in line for line in lines) == 1, lines
+
+
+@pytest.mark.parametrize("stream_format", ["audio", "sse"])
+def test_a_stream_the_engine_aborts_ends_as_an_error_not_as_a_whole_answer(stream_format):
+    """The engine finishing a request as aborted (its shutdown on a signal to the process group)
+    is no end of speech: SSE gets the `error` event saying so, a raw stream breaks off, one log line."""
+    api = DyingAPI()
+
+    async def aborted(request, request_id):
+        yield [[7] * 8]
+        raise EngineAborted(f"the talker engine aborted request {request_id} before its end")
+
+    api.stream_rows = aborted
+    body, broke = b"", False
+    with _served(api) as s, warnings_logged() as lines:
+        with httpx.stream("POST", f"{s.url}{SPEECH}", json={**BODY, "stream_format": stream_format},
+                          timeout=20) as response:
+            try:
+                body = response.read()
+            except httpx.RemoteProtocolError:
+                broke = True
+    if stream_format == "sse":
+        events = [json.loads(e[len(b"data: "):]) for e in body.split(b"\n\n") if e]
+        assert events[-1]["type"] == "error" and events[-1]["error"]["type"] == "engine_aborted", events[-1]
+        assert all(e["type"] != "speech.audio.done" for e in events)
+    else:
+        assert broke
+    assert not any(line.startswith("Traceback") for line in lines), "\n".join(lines)
+    assert sum("before its end" in line for line in lines) == 1, lines
+
+
+def test_speech_api_raises_when_the_engine_aborts_a_stream():
+    """SpeechAPI.stream_rows over an engine whose output finishes the request as aborted."""
+    from types import SimpleNamespace
+
+    from higgs_dummy.cache import cached_checkpoint
+    from reference.speech import SpeechAPI, SpeechRequest
+
+    def output(reason):
+        return SimpleNamespace(outputs=[SimpleNamespace(logprobs=None, finish_reason=reason)])
+
+    class Ending:
+        def __init__(self, reason):
+            self.reason = reason
+
+        async def generate(self, tokens, params, request_id):
+            yield output(None)
+            yield output(self.reason)
+
+    async def rows(reason):
+        api = SpeechAPI(Ending(reason), cached_checkpoint("tiny", 0), "v1")
+        return [r async for r in api.stream_rows(SpeechRequest("Hello."), "r1")]
+
+    assert asyncio.run(rows("stop")) == []
+    with pytest.raises(EngineAborted, match="aborted request r1 before its end"):
+        asyncio.run(rows("abort"))

@@ -6,6 +6,7 @@ parameter."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -56,7 +57,7 @@ def test_vllm_takes_the_tiny_checkpoint_in_float32_from_the_resolved_cpu_profile
 @pytest.mark.dummy_weights
 def test_the_served_answer_is_the_engine_checks_answer_and_nothing_is_downcast(tmp_path):
     """The default profile as shipped (no --set) against the suite's engine (EnginePool: float32, eager, in
-    this process): one greedy request, the same PCM to the byte; the server's boot log names float32 and
+    this process): one greedy request, the same PCM within one 16-bit step; the server's boot log names float32 and
     no conversion from float32 to bfloat16."""
     from conformance.engines import EnginePool
     from reference.codec.model import load_codec
@@ -86,6 +87,9 @@ def test_the_served_answer_is_the_engine_checks_answer_and_nothing_is_downcast(t
         pool.close()
     assert result.finish_reason == "stop" and result.frames.shape[1] > 0, result.finish_reason
     checked = pcm16(load_codec(checkpoint).decode(result.frames))
-    assert served == checked, (
-        f"served {len(served)} bytes, the engine check {len(checked)}; first difference at byte "
-        f"{next((i for i, (a, b) in enumerate(zip(served, checked)) if a != b), min(len(served), len(checked)))}")
+    # The same codes decode to the same PCM but for float rounding: the server's codec and this
+    # process's run on other thread counts, so a sample may land one 16-bit step away (seen in CI).
+    # A talker in another dtype draws other codes: another length, samples far apart.
+    assert len(served) == len(checked), f"served {len(served)} bytes, the engine check {len(checked)}"
+    steps = np.abs(np.frombuffer(served, "<i2").astype(np.int32) - np.frombuffer(checked, "<i2"))
+    assert steps.max() <= 1, f"{int((steps > 1).sum())} samples more than one step apart, the most {steps.max()}"

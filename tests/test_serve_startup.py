@@ -104,7 +104,7 @@ def test_a_passed_start_check_serves():
 def engine_config(asks: dict, **changed):
     """A VllmConfig's shape (the paths reference/compat.py built_settings reads) holding `asks`, with
     `changed` (scheduler or cache fields) as a worker's own resolution left them."""
-    scheduler = SimpleNamespace(max_num_seqs=asks["max_num_seqs"], max_num_batched_tokens=2048,
+    scheduler = SimpleNamespace(max_num_seqs=asks["max_num_seqs"], max_num_batched_tokens=2048, stream_interval=1,
                                 async_scheduling=asks["async_scheduling"], enable_chunked_prefill=True)
     cache = SimpleNamespace(enable_prefix_caching=asks["enable_prefix_caching"], block_size=128, cache_dtype="auto")
     for name, value in changed.items():
@@ -114,7 +114,7 @@ def engine_config(asks: dict, **changed):
                                            cudagraph_capture_sizes=asks["cudagraph_capture_sizes"]),
         scheduler_config=scheduler, cache_config=cache,
         model_config=SimpleNamespace(max_model_len=asks["max_model_len"], enforce_eager=asks["enforce_eager"],
-                                     seed=asks["seed"]),
+                                     seed=asks["seed"], dtype=f"torch.{asks['dtype']}"),
         parallel_config=SimpleNamespace(tensor_parallel_size=1, data_parallel_size=1),
         attention_config=SimpleNamespace(backend=asks["attention_backend"]))
 

@@ -36,7 +36,7 @@ from reference.serve.request_body import limited_upload, read_body
 from reference.serve.stop import ServerStopping, Stop
 from reference.serve.voices import Voice, VoiceStore, decode_ref_audio
 from reference.serve.wav import SAMPLE_RATE, pcm16
-from reference.speech import SpeechRequest
+from reference.speech import EngineAborted, SpeechRequest
 
 logger = logging.getLogger("higgs_ref.serve")
 ROUTES = ("POST /v1/audio/speech, GET|POST /v1/audio/voices, DELETE /v1/audio/voices/NAME, GET /v1/models, "
@@ -196,6 +196,9 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
         if watch.dead(exc):
             logger.warning("speech request %s cut after its first audio: the talker engine is dead", request_id)
             return {"message": ENGINE_DEAD, "type": "engine_dead"}
+        if isinstance(exc, EngineAborted):
+            logger.warning("speech request %s cut after its first audio: %s", request_id, exc)
+            return {"message": str(exc), "type": "engine_aborted"}
         logger.error("speech request %s failed after its first audio", request_id, exc_info=exc)
         return {"message": f"{type(exc).__name__}: {exc}", "type": "server_error"}
 
@@ -205,9 +208,15 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
 
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception):
-        """A failure before the answer started: 503 naming the cause when the engine is dead, else 500."""
+        """A failure before the answer started: 503 naming the cause when the engine is dead or
+        aborted the request, else 500."""
         if watch.dead(exc):
             return engine_dead()
+        if isinstance(exc, EngineAborted):  # the engine stopping: no audio yet, nothing to cut
+            logger.warning("%s", exc)
+            metrics.responses.labels("503").inc()
+            return JSONResponse({"error": {"message": str(exc), "type": "engine_aborted", "param": None, "code": 503}},
+                                status_code=503)
         logger.exception("request failed")
         metrics.responses.labels("500").inc()
         body = {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error", "param": None,
