@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from vllm.inputs import TokensPrompt
 
-from reference.codebooks import NUM_CODEBOOKS
-from reference.codec.delay_pattern import real_frames, revert_delay, rows_to_frames
+from reference.codebooks import CODEBOOK_SIZE, NUM_CODEBOOKS
+from reference.codec.delay_pattern import rows_to_frames
 from reference.codec.encoder import load_encoder
 from reference.codec.geometry import StreamGeometry
 from reference.codec.stage import CodecStage
@@ -157,15 +157,20 @@ class SpeechAPI:
 
 class RowsToFrames:
     """Turns delay-pattern rows arriving in order into real codec frames as soon as they are
-    complete: frame t needs rows t..t+7. Frames holding BOC/EOC are dropped."""
+    complete: frame t needs rows t..t+7, codebook q of it is row t+q's (delay_pattern.revert_delay).
+    Frames holding BOC/EOC are dropped. Plain lists: a row or a few arrive a call, for which
+    numpy's and torch's call costs are most of the work (benchmarks/row_path.py)."""
 
     def __init__(self):
         self.pending: list[list[int]] = []  # the rows from the first frame not yet returned on
 
     def add(self, rows: list[list[int]]) -> torch.Tensor:
-        self.pending.extend(rows)
-        if len(self.pending) < NUM_CODEBOOKS:
+        pending = self.pending
+        pending.extend(rows)
+        complete = len(pending) - (NUM_CODEBOOKS - 1)  # frames the rows complete
+        if complete <= 0:
             return torch.empty(NUM_CODEBOOKS, 0, dtype=torch.long)
-        frames = revert_delay(np.asarray(self.pending, dtype=np.int64))  # [8, n]: every frame the rows complete
-        del self.pending[: frames.shape[1]]
-        return torch.from_numpy(real_frames(frames))  # numpy: a few small arrays cost less than tensors
+        real = [t for t in range(complete) if all(0 <= pending[t + q][q] < CODEBOOK_SIZE for q in range(NUM_CODEBOOKS))]
+        frames = [[pending[t + q][q] for t in real] for q in range(NUM_CODEBOOKS)]
+        del pending[:complete]
+        return torch.tensor(frames) if real else torch.empty(NUM_CODEBOOKS, 0, dtype=torch.long)  # [8, n] int64

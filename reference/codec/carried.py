@@ -328,7 +328,7 @@ class Cut:
         emitted = cutter.emitted
         window = cutter.cut()
         first = emitted - window.emit_from
-        return cls(window, first, cutter.ended and first + window.codes.shape[1] == cutter.frames.shape[1])
+        return cls(window, first, cutter.ended and first + window.codes.shape[1] == cutter.received)
 
     def new_frames(self, stream: CarriedStream) -> int:
         """The window's frames the stream has not decoded yet."""

@@ -120,6 +120,11 @@ class Codec(nn.Module):
             raise ValueError(f"codes must be a [{n}, T] tensor (codebook, frame), got {shape}")
         if codes.is_floating_point() or codes.is_complex() or codes.dtype == torch.bool:
             raise ValueError(f"codes must be an integer tensor, got {codes.dtype}")
+        if not codes.numel():
+            return
+        low, high = torch.aminmax(codes)  # one pass: the streams push a frame or a few at a time
+        if int(low) >= 0 and int(high) < v:
+            return
         bad = ((codes < 0) | (codes >= v)).nonzero()  # [K, 2]
         if len(bad):
             where = ", ".join(f"[{q}, {t}]={int(codes[q, t])}" for q, t in bad[:10].tolist())

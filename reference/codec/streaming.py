@@ -47,9 +47,19 @@ class ChunkCutter:
 
     def __init__(self, geometry: StreamGeometry, num_codebooks: int) -> None:
         self.geometry = geometry
-        self.frames = torch.zeros(num_codebooks, 0, dtype=torch.long)  # [8, received]
+        self._frames = torch.zeros(num_codebooks, 0, dtype=torch.long)
+        self._added: list[torch.Tensor] = []  # pieces not yet joined to _frames: joined once a cut
+        self.received = 0  # frames added
         self.emitted = 0  # frames already cut into chunks
         self.ended = False
+
+    @property
+    def frames(self) -> torch.Tensor:
+        """Every frame added. [8, received]"""
+        if self._added:
+            self._frames = torch.cat([self._frames, *self._added], dim=1)
+            self._added = []
+        return self._frames
 
     def _next_size(self) -> int:
         return self.geometry.chunk_size(self.emitted)
@@ -58,7 +68,10 @@ class ChunkCutter:
         """frames LongTensor [8, n] (reverted, real)."""
         if self.ended:
             raise RuntimeError("frames pushed after finish(): start a new decoder or stage stream per stream")
-        self.frames = torch.cat([self.frames, frames.to(torch.long).cpu()], dim=1)
+        if frames.dtype != torch.long or frames.device.type != "cpu":
+            frames = frames.to("cpu", torch.long)
+        self._added.append(frames)
+        self.received += frames.shape[1]
 
     def end(self) -> None:
         if self.ended:
@@ -67,17 +80,17 @@ class ChunkCutter:
 
     def ready(self) -> bool:
         """A chunk can be cut: its frames and full look-ahead arrived (after end(): any frame left)."""
-        left = self.frames.shape[1] - self.emitted
+        left = self.received - self.emitted
         return left > 0 if self.ended else left >= self._next_size() + self.geometry.right_holdback_frames
 
     def cut(self) -> Window:
         if not self.ready():
             raise RuntimeError("ChunkCutter.cut: no chunk is ready (check ready() first)")
         g = self.geometry
-        size = min(self._next_size(), self.frames.shape[1] - self.emitted)
+        size = min(self._next_size(), self.received - self.emitted)
         end = self.emitted + size
         start = max(0, self.emitted - g.left_context_frames)
-        stop = min(self.frames.shape[1], end + g.right_holdback_frames)
+        stop = min(self.received, end + g.right_holdback_frames)
         window = Window(self.frames[:, start:stop], self.emitted - start, size)
         self.emitted = end
         return window
