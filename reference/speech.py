@@ -173,4 +173,6 @@ class RowsToFrames:
         real = [t for t in range(complete) if all(0 <= pending[t + q][q] < CODEBOOK_SIZE for q in range(NUM_CODEBOOKS))]
         frames = [[pending[t + q][q] for t in real] for q in range(NUM_CODEBOOKS)]
         del pending[:complete]
-        return torch.tensor(frames) if real else torch.empty(NUM_CODEBOOKS, 0, dtype=torch.long)  # [8, n] int64
+        if not real:
+            return torch.empty(NUM_CODEBOOKS, 0, dtype=torch.long)
+        return torch.from_numpy(np.array(frames, dtype=np.int64))  # [8, n]; cheaper than torch.tensor(list)
