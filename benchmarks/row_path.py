@@ -20,8 +20,9 @@ How: `Speaker.stream` (reference/serve/audio.py), the server's own path, over
   replaced by silence of the chunk's length: the batching, the thread hop and the chunks'
   delivery stay.
 `--streams` requests run at once, each `--rows` rows long (the delay pattern of random codes,
-then the stop token); the figure is wall time over rows, on this machine's CPU: compare commits on
-one machine in one run, never across machines. Writes DIR/row_path.json.
+then the stop token); the figures are the event loop's CPU time over rows (`us_per_row`: its thread's
+time, what bounds a server) and the wall time over rows (idle waits included), on this machine's
+CPU: compare commits on one machine in one run, never across machines. Writes DIR/row_path.json.
 """
 
 from __future__ import annotations
@@ -117,6 +118,15 @@ async def serve_once(speaker, engine: StepEngine, streams: int) -> int:
     return sum(done)
 
 
+def _loop_factory():
+    """The server's event loop: uvicorn's default ("auto") takes uvloop where it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def measure(checkpoint: Path, profile: str, streams: int, rows: int, rows_per_output: int, repeats: int) -> dict:
     from reference.codec.model import load_codec
     from reference.deploy.resolve import resolve_deployment
@@ -128,7 +138,7 @@ def measure(checkpoint: Path, profile: str, streams: int, rows: int, rows_per_ou
     codec = load_codec(checkpoint, device="cpu")
     base = CodecStage.from_deployment(deployment, codec)
     generator = torch.Generator().manual_seed(0)
-    walls = []
+    walls, loop_cpu = [], []
     for _ in range(repeats):
         stage = SilentStage(codec, base.max_batch_size, base.max_inflight_chunks, deployment.geometry, carried=False)
         api = SpeechAPI(None, checkpoint, runner="v1", stage=stage)
@@ -140,14 +150,17 @@ def measure(checkpoint: Path, profile: str, streams: int, rows: int, rows_per_ou
         }
         api.engine = engine = StepEngine(outputs)
         speaker = Speaker(api, ServeMetrics())
-        start = time.perf_counter()
-        samples = asyncio.run(serve_once(speaker, engine, streams))
+        start, start_cpu = time.perf_counter(), time.thread_time()  # the loop runs in this thread
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            samples = runner.run(serve_once(speaker, engine, streams))
         walls.append(time.perf_counter() - start)
+        loop_cpu.append(time.thread_time() - start_cpu)
         if samples != streams * frames * codec.hop_length:
             raise RuntimeError(f"{samples} samples delivered, expected {streams * frames * codec.hop_length}")
-    wall = statistics.median(walls)
+    n = streams * rows
     return {"streams": streams, "rows": rows, "rows_per_output": rows_per_output, "wall_s": walls,
-            "us_per_row": 1e6 * wall / (streams * rows), "rows_per_s": streams * rows / wall}
+            "loop_cpu_s": loop_cpu, "us_per_row": 1e6 * statistics.median(loop_cpu) / n,
+            "wall_us_per_row": 1e6 * statistics.median(walls) / n}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,12 +177,12 @@ def main(argv: list[str] | None = None) -> int:
 
     checkpoint = cached_checkpoint("tiny", 0, "no_eoc")
     results = []
-    print(f"{'streams':>7} {'rows/output':>11} {'us/row':>8} {'rows/s':>9}")
+    print(f"{'streams':>7} {'rows/output':>11} {'loop us/row':>11} {'wall us/row':>11}")
     for per_output in args.rows_per_output:
         for streams in args.streams:
             r = measure(checkpoint, args.profile, streams, args.rows, per_output, args.repeats)
             results.append(r)
-            print(f"{streams:>7} {per_output:>11} {r['us_per_row']:>8.1f} {r['rows_per_s']:>9.0f}")
+            print(f"{streams:>7} {per_output:>11} {r['us_per_row']:>11.1f} {r['wall_us_per_row']:>11.1f}")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out = {"profile": args.profile, "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
            "results": results}

@@ -349,6 +349,7 @@ def test_on_cuda_batched_streams_stitch_into_the_offline_decode(size, carried):
     stage = CodecStage(codec, 8, 2, carried=carried)
     streamed = asyncio.run(lockstep(stage, clips))
     assert max(stage.record.batches) == 8
+    assert {c.device.type for chunks in streamed for c in chunks} == {"cpu"}, "the event loop would wait for the GPU"
     for codes, chunks in zip(clips, streamed):
         measured = agreement(torch.cat(chunks), codec.decode(codes))
         assert measured.snr_db >= BOUND["min_snr_db"] and measured.max_abs_err <= BOUND["max_abs_err"], measured

@@ -29,7 +29,9 @@ files never do).
   decoder reaches 10 frames each way, so padding would change the kept samples of any chunk whose
   look-ahead is short (the last chunk has none). Equal lengths leave only float rounding, so the
   stream = offline bound holds for batched chunks (tests/test_codec_stage.py).
-- The decode runs in a thread (asyncio.to_thread): the event loop driving the engine runs on.
+- The decode runs in a thread (asyncio.to_thread): the event loop driving the engine runs on. The
+  chunks come back on the host, copied there in that thread, so the event loop never waits for
+  the device.
   The worker task lives only while windows are pending, so it never outlives its loop.
 - close() takes a stream's pending windows out of the queue and drops its undelivered chunks;
   nothing reaches a closed stream. A failed decode fails every chunk of its batch with
@@ -203,10 +205,10 @@ class CodecStage:
         return 0 if self._pool is None else self._pool.in_use
 
     def decode_jobs(self, jobs: list[Job]) -> list[torch.Tensor]:
-        """In the worker thread: a batch of one shape (_shape) -> its chunks."""
+        """In the worker thread: a batch of one shape (_shape) -> its chunks, on the host."""
         if jobs[0].stream is None or jobs[0].stream.carried is None:
-            return self.decode_windows([j.window for j in jobs])
-        return self.decode_carried(jobs)
+            return _to_host(self.decode_windows([j.window for j in jobs]))
+        return _to_host(self.decode_carried(jobs))
 
     def decode_carried(self, jobs: list[Job]) -> list[torch.Tensor]:
         """Carried streams' next chunks, each stream's new frames of one count: decodes them (and
@@ -268,6 +270,16 @@ class CodecStage:
             for job, chunk in zip(batch, chunks):
                 if not job.future.done():  # a closed stream's future is cancelled
                     job.future.set_result(chunk)
+
+
+def _to_host(chunks: list[torch.Tensor]) -> list[torch.Tensor]:
+    """A batch's chunks copied to the host in one transfer, in the worker thread: whoever takes a
+    chunk on the event loop (the server encoding it) then never waits for the device. A copy
+    there waited for every decode queued before it: on an H100 at 64-128 streams it was a third
+    of the event loop's busy time (benchmarks/results/2026-12-07-h100-row-path/NOTES.md)."""
+    if not chunks or chunks[0].device.type == "cpu":
+        return chunks
+    return list(torch.cat(chunks).cpu().split([len(c) for c in chunks]))
 
 
 def _heads(pending: list[Job]) -> list[Job]:

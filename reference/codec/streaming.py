@@ -162,7 +162,8 @@ def agreement(stream: torch.Tensor, offline: torch.Tensor) -> Agreement:
         raise ValueError(
             f"stream has {tuple(stream.shape)} samples, offline {tuple(offline.shape)}: lengths must match"
         )
-    ref, err = offline.double(), stream.double() - offline.double()
+    stream, offline = stream.detach().double().cpu(), offline.detach().double().cpu()  # either may be on a device
+    ref, err = offline, stream - offline
     noise, signal = float(err.pow(2).sum()), float(ref.pow(2).sum())
     snr = math.inf if noise == 0.0 else 10.0 * math.log10(signal / noise) if signal > 0 else -math.inf
     return Agreement(snr_db=snr, max_abs_err=float(err.abs().max()) if err.numel() else 0.0)
