@@ -6,9 +6,10 @@ samples.
 
 `--thread` picks whose samples count: `loop` (the server's event loop: its main thread, engine
 processes left out), `engine` (vLLM's engine core process, every thread), `other` (the server's
-other threads, the code2wav stage's decodes among them, and stacks py-spy could not unwind whole). A sample is busy time as py-spy sees it: running
-Python, or inside a call it made (a device copy waiting for the GPU counts); idle waits are not
-sampled. Shares compare between runs of one sitting, where the rate and duration were the same.
+other threads, the code2wav stage's decodes among them, and stacks py-spy could not unwind whole).
+A sample is busy time as py-spy sees it: running Python, or inside a call it made (a device copy
+waiting for the GPU counts); idle waits are not sampled. Shares compare between runs of one
+sitting, where the rate and duration were the same.
 """
 
 from __future__ import annotations

@@ -102,8 +102,8 @@ def request_outputs(rows: torch.Tensor, audio_id: int, stop_id: int, rows_per_ou
     return outputs
 
 
-async def serve_once(speaker, engine: StepEngine, streams: int) -> int:
-    """Runs `streams` streamed requests to their end; the PCM samples delivered."""
+async def serve_once(speaker, engine: StepEngine) -> int:
+    """Runs the engine's requests, streamed, to their end; the PCM samples delivered."""
     from reference.speech import SpeechRequest
 
     async def one(request_id: str) -> int:
@@ -152,7 +152,7 @@ def measure(checkpoint: Path, profile: str, streams: int, rows: int, rows_per_ou
         speaker = Speaker(api, ServeMetrics())
         start, start_cpu = time.perf_counter(), time.thread_time()  # the loop runs in this thread
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            samples = runner.run(serve_once(speaker, engine, streams))
+            samples = runner.run(serve_once(speaker, engine))
         walls.append(time.perf_counter() - start)
         loop_cpu.append(time.thread_time() - start_cpu)
         if samples != streams * frames * codec.hop_length:
