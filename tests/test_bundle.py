@@ -5,7 +5,10 @@ mismatched stage, which leaves the target as it was."""
 import hashlib
 import io
 import json
+import subprocess
+import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,13 @@ def stage_bundle(tmp_path: Path, wheels: dict[str, bytes], debs: dict[str, bytes
         "parts": parts, "wheels": {n: len(d) for n, d in sorted(wheels.items())},
         "debs": {n: len(d) for n, d in sorted((debs or {}).items())}}))
     return stage
+
+
+def fake_wheel(path: Path, files: dict[str, str] | None = None) -> Path:
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, text in (files or {"pkg/__init__.py": ""}).items():
+            wheel.writestr(name, text)
+    return path
 
 
 def test_only_packages_the_host_lacks_at_that_version_travel():
@@ -152,16 +162,17 @@ def test_a_quality_build_beside_a_vllm_bundle_carries_only_what_neither_has(tmp_
     (tmp_path / "MANIFEST.json").write_text(json.dumps({"wheels": {"numpy-2.3.5-cp312-cp312-x.whl": 1}}))
     asked = {}
 
-    def resolve(requirements, python, glibc, constraints=None):
+    def resolve(requirements, python, glibc, constraints=None, find_links=()):
         asked.update(requirements=requirements, constraints=constraints)
-        return [("jiwer", "4.0.0"), ("numpy", "2.3.5"), ("rapidfuzz", "3.14.6"), ("scipy", "1.18.1")]
+        return bundle.Resolution([("jiwer", "4.0.0"), ("numpy", "2.3.5"), ("rapidfuzz", "3.14.6"), ("scipy", "1.18.1")],
+                                 {}, {})
 
     def run(command, check=False, **kwargs):
         folder = Path(command[command.index("-d") + 1])
         folder.mkdir(parents=True, exist_ok=True)
         for requirement in [a for a in command if "==" in a]:  # the pins after pip's options
             name, version = requirement.split("==")
-            (folder / f"{name}-{version}-py3-none-any.whl").write_bytes(b"w")
+            fake_wheel(folder / f"{name}-{version}-py3-none-any.whl")
 
     def download_debs(packages, folder):
         folder.mkdir(parents=True)
@@ -243,3 +254,105 @@ def test_a_target_that_holds_files_is_refused_untouched_and_an_install_lands_who
     assert bundle.install(stage, target) == target
     assert (target / "debroot/usr/bin/espeak-ng").exists()
     assert [p.name for p in target.parent.iterdir() if p.name.startswith(".quality")] == []
+
+
+def _resolution() -> bundle.Resolution:
+    """app needs a, b and c[x]; a and b share `shared`; `only-a` is a's alone; c's extra x needs d."""
+    requires = {"app": ["a>=1", "b", "c[x]; python_version >= '3'", "win-only; sys_platform == 'win32'"],
+                "a": ["shared", "only-a"], "b": ["shared"], "c": ["d; extra == 'x'", "e; extra == 'y'"]}
+    packages = [(n, "1.0") for n in ("a", "app", "b", "c", "d", "only-a", "shared")]
+    return bundle.Resolution(packages, requires, {"python_version": "3.12", "sys_platform": "linux"})
+
+
+def test_a_package_left_out_takes_with_it_only_what_it_alone_needed():
+    kept, gone = bundle.leave_out(_resolution(), ["app==1.0"], {"A": "never imported"})
+    assert [n for n, _ in kept] == ["app", "b", "c", "d", "shared"]
+    assert gone == ["only-a==1.0"]  # `shared` stays: b needs it too
+    kept, gone = bundle.leave_out(_resolution(), ["app==1.0"], {"c": "never imported"})
+    assert gone == ["d==1.0"]  # needed only through c's extra
+
+
+def test_a_left_out_name_the_resolve_lacks_or_a_walk_that_misses_a_package_is_refused():
+    with pytest.raises(SystemExit, match="--leave-out onnxruntime: not in the resolve"):
+        bundle.leave_out(_resolution(), ["app==1.0"], {"onnxruntime": "typo"})
+    resolution = _resolution()
+    resolution.requires["c"] = []  # pip resolved d, yet nothing now asks for it
+    with pytest.raises(SystemExit, match="pip resolved d, which no walk of Requires-Dist from app==1.0 reaches"):
+        bundle.leave_out(resolution, ["app==1.0"], {"a": "never imported"})
+
+
+def test_a_stand_in_resolves_the_pinned_version_with_the_carried_wheels_requirements(tmp_path):
+    """Real pip, offline: the pin 1.6.0rc5 resolves against the stand-in, whose Requires-Dist is 1.6.0's."""
+    carried = fake_wheel(tmp_path / "cuda_tile-1.6.0-py3-none-any.whl", {
+        "cuda/tile/__init__.py": "", "cuda_tile-1.6.0.dist-info/METADATA":
+        "Metadata-Version: 2.1\nName: cuda-tile\nVersion: 1.6.0\nRequires-Dist: typing-extensions\n"})
+    (tmp_path / "links").mkdir()
+    wheel = bundle.stand_in(carried, "1.6.0rc5", tmp_path / "links")
+    assert wheel.name == "cuda_tile-1.6.0rc5-py3-none-any.whl"
+    report = tmp_path / "report.json"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--ignore-installed", "--no-index",
+                    "--no-deps", "--find-links", str(tmp_path / "links"), "--report", str(report),
+                    "cuda-tile==1.6.0rc5"], check=True)
+    [item] = json.loads(report.read_text())["install"]
+    assert (item["metadata"]["version"], item["metadata"]["requires_dist"]) == ("1.6.0rc5", ["typing-extensions"])
+    assert bundle.pth_files(wheel) == []
+
+
+def test_a_recipe_builds_swaps_and_leaves_out_and_its_manifest_says_so(tmp_path, monkeypatch):
+    """`build @ARGS`: the registry replaced by stand-ins; what each option did is in MANIFEST.json."""
+    (tmp_path / "host.txt").write_text("shared==1.0\n")
+    (tmp_path / "recipe.args").write_text(
+        "--with app==1.0  # the requirement\n--build d==1.0\n"
+        "--swap tile==1.0rc1=1.0\n--leave-out 'a=never imported'\n")
+    calls = []
+
+    def resolve(requirements, python, glibc, constraints=None, find_links=()):
+        calls.append(("resolve", requirements, [p.name for p in find_links]))
+        assert [w.name for w in find_links[-1].iterdir()] == ["tile-1.0rc1-py3-none-any.whl"]
+        resolution = _resolution()
+        resolution.packages.append(("tile", "1.0rc1"))
+        resolution.requires["b"].append("tile")
+        return resolution
+
+    def run(command, check=False, **kwargs):
+        calls.append((command[3], [a for a in command if "==" in a], "--find-links" in command))
+        folder = Path(command[command.index("-w" if command[3] == "wheel" else "-d") + 1])
+        folder.mkdir(parents=True, exist_ok=True)
+        for requirement in [a for a in command if "==" in a]:
+            name, version = requirement.split("==")
+            meta = {f"{name}-{version}.dist-info/METADATA": f"Name: {name}\nVersion: {version}\n"}
+            fake_wheel(folder / f"{name}-{version}-py3-none-any.whl",
+                       meta | ({"c-paths.pth": "lib\n"} if name == "c" else {}))
+
+    monkeypatch.setattr(bundle, "resolve", resolve)
+    monkeypatch.setattr(bundle.subprocess, "run", run)
+    out = tmp_path / "out"
+    bundle.main(["build", f"@{tmp_path / 'recipe.args'}", "--host", str(tmp_path / "host.txt"), str(out)])
+    assert calls[:3] == [("wheel", ["d==1.0"], False), ("download", ["tile==1.0"], False),
+                         ("resolve", ["app==1.0"], ["built", "stand-ins"])]
+    assert calls[3] == ("download", ["app==1.0", "b==1.0", "c==1.0", "d==1.0", "tile==1.0"], True)
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert manifest["left_out"] == {"a==1.0": "never imported"}
+    assert manifest["left_out_with_them"] == ["only-a==1.0"]
+    assert manifest["left_out_host_has"] == ["shared==1.0"]
+    assert manifest["swapped"] == {"tile==1.0rc1": "1.0"}
+    assert manifest["built_here"] == ["d-1.0-py3-none-any.whl"]
+    assert manifest["pth_files"] == {"c-1.0-py3-none-any.whl": ["c-paths.pth"]}
+    assert sorted(manifest["wheels"]) == [f"{n}-py3-none-any.whl" for n in ("app-1.0", "b-1.0", "c-1.0", "d-1.0", "tile-1.0")]
+
+
+def test_the_recipe_options_refuse_what_they_cannot_read(tmp_path):
+    (tmp_path / "host.txt").write_text("")
+    for option, message in ((["--swap", "tile==1.0rc1"], "write NAME==X=Y"),
+                            (["--leave-out", "a"], "write NAME=WHY")):
+        with pytest.raises(SystemExit, match=message):
+            bundle.main(["build", "--with", "app==1.0", *option, "--host", str(tmp_path / "host.txt"), str(tmp_path)])
+
+
+def test_sglang_omnis_recipe_reads_with_a_reason_for_every_package_left_out():
+    recipe = Path(bundle.__file__).parent / "sglang-omni-0.1.9.args"
+    args = bundle.arguments().parse_args(["build", f"@{recipe}", "--host", "host.txt", "out"])
+    assert args.extra == ["sglang-omni==0.1.9", "dill"] and "logger==1.4" in args.sdists  # --with lines add up
+    assert [bundle.parse_swap(s) for s in args.swaps] == [("cuda-tile", "1.6.0rc5", "1.6.0")]
+    reasons = dict(map(bundle.parse_leave_out, args.leave_out))
+    assert "nvidia-cutlass-dsl" in reasons and "torch" not in reasons and all(reasons.values())

@@ -319,6 +319,14 @@ def test_the_example_plan_reads_and_fits_its_budget_in_the_worst_case():
     assert "every step fits, even in the worst case" in done.stdout
 
 
+@pytest.mark.parametrize("path", sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "benchmarks" / "plans").rglob("*.yaml")))
+def test_every_shipped_plan_reads(path):
+    """A plan is data a GPU sitting runs as it is: one that the format refuses would cost a device call to find out."""
+    from conformance.sitting.plan import load
+
+    assert load(ROOT / path, ROOT).steps
+
+
 def test_a_staging_call_moves_the_carried_chunks_into_place_and_runs_nothing(tmp_path):
     carried, touched = tmp_path / "carried", tmp_path / "touched"
     carried.mkdir()

@@ -22,6 +22,14 @@ keeps the host's versions: dependencies resolve to the version the host has (pip
 a requirement the host has at another version takes the host's, so the bundle only adds and
 shadows nothing. `--deb PKG...` carries Debian packages too (`apt-get download` here; `--deb
 quality`: espeak-ng, its voices and the libraries it loads besides glibc's own, QUALITY_DEBS).
+A package set the registry cannot resolve as it is (sglang-omni 0.1.9's: `@conformance/tools/sglang-omni-0.1.9.args`,
+argparse's file of arguments, `#` comments allowed) takes three more options. `--build REQ...` builds wheels here
+(`pip wheel --no-deps`, this Python) for requirements the registry has only as source, and resolves from them, as
+from `--find-links DIR`. `--swap NAME==X=Y` resolves a pin NAME==X against a stand-in wheel that holds Y's metadata
+under X's version, and carries Y (a pre-release the registry has no wheel of). `--leave-out NAME=WHY` drops NAME
+and every package that only NAME needed (a walk of Requires-Dist from the requirements, with the host's markers),
+WHY recorded. MANIFEST.json names each of them, and every carried wheel with a `.pth` file: a `--target` install
+read through PYTHONPATH never runs one.
 `install` checks the parts (SHA256SUMS; MANIFEST.json naming the same parts and, once unpacked, the same
 wheels and Debian packages), then installs the wheels with `--no-index --no-deps` into
 `--target` (default ~/vllm-X, X the bundle's vLLM wheel: one folder per version, so versions live side by side and the host's
@@ -40,12 +48,20 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
+from typing import NamedTuple
+
+try:
+    from packaging.requirements import Requirement
+except ImportError:  # a bare host Python has pip alone, which carries its own copy
+    from pip._vendor.packaging.requirements import Requirement
 
 PART_MIB = 60
 # The quality checks' offline scorers (conformance/quality/, as tox.ini's [cpu] installs them).
@@ -127,11 +143,19 @@ def check_interpreter(python: str, running: tuple[int, int] = sys.version_info[:
                          "evaluates the dependencies' python_version markers with its own interpreter")
 
 
-def resolve(requirements: list[str], python: str, glibc: str,
-            constraints: dict[str, str] | None = None) -> list[tuple[str, str]]:
-    """(name, version) of every package the requirements (`vllm==X`, ...) need on that host, themselves
-    included; `constraints` (name: version) pins those packages wherever they are needed. Runs only
-    under the host's Python version (check_interpreter)."""
+class Resolution(NamedTuple):
+    """What pip resolved: (name, version) of every package, sorted; each one's Requires-Dist (by
+    canonical name); the environment pip evaluated the markers in."""
+    packages: list[tuple[str, str]]
+    requires: dict[str, list[str]]
+    environment: dict[str, str]
+
+
+def resolve(requirements: list[str], python: str, glibc: str, constraints: dict[str, str] | None = None,
+            find_links: list[Path] = ()) -> Resolution:
+    """Every package the requirements (`vllm==X`, ...) need on that host, themselves included;
+    `constraints` (name: version) pins those packages wherever they are needed; `find_links`: folders
+    of wheels beside the registry. Runs only under the host's Python version (check_interpreter)."""
     check_interpreter(python)
     with tempfile.TemporaryDirectory() as work:
         report = Path(work) / "report.json"
@@ -139,12 +163,88 @@ def resolve(requirements: list[str], python: str, glibc: str,
         pins.write_text("".join(f"{n}=={v}\n" for n, v in sorted((constraints or {}).items())))
         run = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
                               "--report", str(report), "--target", str(Path(work) / "t"), "-c", str(pins),
-                              *platform_args(python, glibc), *requirements])
+                              *links_args(find_links), *platform_args(python, glibc), *requirements])
         if run.returncode != 0:
             raise SystemExit("bundle: pip could not resolve " + " ".join(requirements)
                              + (" with the host's versions (leave out --prefer-host to let them move)" if constraints else ""))
-        install = json.loads(report.read_text())["install"]
-    return sorted((m["metadata"]["name"], m["metadata"]["version"]) for m in install)
+        report = json.loads(report.read_text())
+    metadata = [m["metadata"] for m in report["install"]]
+    return Resolution(sorted((m["name"], m["version"]) for m in metadata),
+                      {canonical(m["name"]): m.get("requires_dist", []) for m in metadata}, report["environment"])
+
+
+def links_args(folders: list[Path]) -> list[str]:
+    return [a for folder in folders for a in ("--find-links", str(folder))]
+
+
+def reached(resolution: Resolution, roots: list[str], barred: set[str] = frozenset()) -> set[str]:
+    """Canonical names reached from `roots` through Requires-Dist (markers evaluated in the resolve's
+    environment, extras followed), never entering a `barred` package."""
+    expanded: dict[str, set[str]] = {}
+    todo = [Requirement(r) for r in roots]
+    while todo:
+        requirement = todo.pop()
+        name = canonical(requirement.name)
+        new = ({""} | set(requirement.extras)) - expanded.get(name, set())
+        if name in barred or not new:
+            continue
+        expanded.setdefault(name, set()).update(new)
+        for line in resolution.requires.get(name, []):
+            dependency = Requirement(line)
+            marker = dependency.marker
+            if marker is None or any(marker.evaluate({**resolution.environment, "extra": e}) for e in new):
+                todo.append(dependency)
+    return set(expanded)
+
+
+def leave_out(resolution: Resolution, roots: list[str], why: dict[str, str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """(what stays, what goes with them): the packages named in `why` go, and every package only they
+    needed. Refused when a name is not in the resolve, or when the walk of Requires-Dist does not reach
+    everything pip resolved (the markers read otherwise than pip read them)."""
+    named = {canonical(n) for n in why}
+    everything = {canonical(n) for n, _ in resolution.packages}
+    if unknown := sorted(named - everything):
+        raise SystemExit(f"bundle: --leave-out {', '.join(unknown)}: not in the resolve (a misspelt name?)")
+    if unread := sorted(everything - reached(resolution, roots)):
+        raise SystemExit(f"bundle: pip resolved {', '.join(unread)}, which no walk of Requires-Dist from "
+                         f"{' '.join(roots)} reaches: --leave-out cannot say what depends on what")
+    keep = reached(resolution, roots, barred=named)
+    return ([(n, v) for n, v in resolution.packages if canonical(n) in keep],
+            [f"{n}=={v}" for n, v in resolution.packages if canonical(n) not in keep | named])
+
+
+def stand_in(carried: Path, version: str, folder: Path) -> Path:
+    """A wheel in `folder` that holds only the metadata of the wheel `carried`, with `version`: pip
+    resolves a pin of that version against it while `carried` travels (--swap)."""
+    with zipfile.ZipFile(carried) as wheel:
+        [path] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
+        lines = wheel.read(path).decode().split("\n")
+    name = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("Name:"))
+    lines = [f"Version: {version}" if line.startswith("Version:") else line for line in lines]
+    stem = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
+    info = f"{stem}.dist-info"
+    files = {f"{info}/METADATA": "\n".join(lines),
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: conformance.tools.bundle\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{n},,\n" for n in files) + f"{info}/RECORD,,\n"
+    out = folder / f"{stem}-py3-none-any.whl"
+    with zipfile.ZipFile(out, "w") as wheel:
+        for n, text in files.items():
+            wheel.writestr(n, text)
+    return out
+
+
+def parse_swap(swap: str) -> tuple[str, str, str]:
+    """`NAME==X=Y` -> (canonical NAME, X, Y)."""
+    match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^=\s]+)=([^=\s]+)", swap)
+    if not match:
+        raise SystemExit(f"bundle: --swap {swap!r}: write NAME==X=Y (resolve the pin NAME==X, carry Y)")
+    return canonical(match[1]), match[2], match[3]
+
+
+def pth_files(wheel: Path) -> list[str]:
+    """The `.pth` files a wheel installs at its top level."""
+    with zipfile.ZipFile(wheel) as archive:
+        return [n for n in archive.namelist() if n.endswith(".pth") and "/" not in n]
 
 
 def download_debs(packages: list[str], folder: Path) -> None:
@@ -216,11 +316,22 @@ def write_parts(wheels: Path, out: Path, part_bytes: int = PART_MIB << 20, debs:
     return names
 
 
+class Recipe(NamedTuple):
+    """What a package set needs beyond the registry's wheels: folders of wheels (`find_links`),
+    requirements built here from source (`sdists`), swapped pins (`swaps`, NAME==X=Y), and packages
+    left out with why (`leave_out`, name: why)."""
+    find_links: list[Path] = []
+    sdists: list[str] = []
+    swaps: list[str] = []
+    leave_out: dict[str, str] = {}
+
+
 def build(vllm: str | None, host_files: list[Path], out: Path, python: str, glibc: str, extra: list[str] = (),
-          no_deps: list[str] = (), debs: list[str] = (), keep_host: bool = False) -> dict:
+          no_deps: list[str] = (), debs: list[str] = (), keep_host: bool = False, recipe: Recipe = Recipe()) -> dict:
     """`extra`: more requirements resolved with vLLM (the quality scorers: QUALITY); `no_deps`: wheels
     added as they are, without their dependencies (resemblyzer, whose pins the resolver refuses);
-    `debs`: Debian packages carried beside them; `keep_host`: --prefer-host (prefer_host)."""
+    `debs`: Debian packages carried beside them; `keep_host`: --prefer-host (prefer_host); `recipe`:
+    --find-links, --build, --swap and --leave-out."""
     have = read_hosts(host_files)
     requirements = [*([f"vllm=={vllm}"] if vllm else []), *extra]
     constraints, notes = None, []
@@ -229,20 +340,49 @@ def build(vllm: str | None, host_files: list[Path], out: Path, python: str, glib
         no_deps = prefer_host(list(no_deps), have)[0]
     for note in notes:
         print(f"bundle: {note}", flush=True)
-    needed = resolve(requirements, python, glibc, constraints) if requirements else []
-    travel, left_out = split(needed, have)
-    travel += [tuple(r.split("==", 1)) for r in no_deps if have.get(canonical(r.split("==")[0])) != r.split("==", 1)[1]]
-    print(f"bundle: {' '.join(requirements)} need {len(needed)} packages; the host has {len(left_out)} at the same "
-          f"version; {len(travel)} travel" + (f"; {len(debs)} Debian packages" if debs else ""), flush=True)
+    swaps = {name: (need, carry) for name, need, carry in map(parse_swap, recipe.swaps)}
     with tempfile.TemporaryDirectory() as work:
+        built, stand_ins = Path(work) / "built", Path(work) / "stand-ins"
+        links = [*recipe.find_links, built, stand_ins]
+        built.mkdir()
+        stand_ins.mkdir()
+        if recipe.sdists:
+            subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(built), *recipe.sdists],
+                           check=True)
+        for name, (need, carry) in swaps.items():
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(Path(work) / "swap"),
+                            *platform_args(python, glibc), f"{name}=={carry}"], check=True)
+            [carried] = [w for w in (Path(work) / "swap").glob("*.whl") if canonical(w.name.split("-")[0]) == name]
+            stand_in(carried, need, stand_ins)
+        resolution = resolve(requirements, python, glibc, constraints, links) if requirements else Resolution([], {}, {})
+        needed, gone_with = leave_out(resolution, requirements, recipe.leave_out) if recipe.leave_out else (resolution.packages, [])
+        why = {canonical(name): text for name, text in recipe.leave_out.items()}
+        left_out = {f"{n}=={v}": why[canonical(n)] for n, v in resolution.packages if canonical(n) in why}
+        versions = {canonical(n): v for n, v in needed}
+        for name, (need, carry) in swaps.items():
+            if versions.get(name) != need:
+                raise SystemExit(f"bundle: --swap {name}=={need}={carry}: the resolve has {name} "
+                                 f"{versions.get(name, 'nowhere')}")
+        needed = [(n, swaps[canonical(n)][1] if canonical(n) in swaps else v) for n, v in needed]
+        travel, host_has = split(needed, have)
+        travel += [tuple(r.split("==", 1)) for r in no_deps if have.get(canonical(r.split("==")[0])) != r.split("==", 1)[1]]
+        print(f"bundle: {' '.join(requirements)} need {len(resolution.packages)} packages; {len(left_out)} left out "
+              f"with {len(gone_with)} only they needed; the host has {len(host_has)} at the same version; "
+              f"{len(travel)} travel" + (f"; {len(debs)} Debian packages" if debs else ""), flush=True)
         wheels, deb_dir = Path(work) / "w", Path(work) / "deb"
         wheels.mkdir()
         if travel:
             subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
-                            *platform_args(python, glibc), *[f"{n}=={v}" for n, v in travel]], check=True)
+                            *links_args(links), *platform_args(python, glibc), *[f"{n}=={v}" for n, v in travel]],
+                           check=True)
         sizes = {w.name: w.stat().st_size for w in sorted(wheels.iterdir())}
         if len(sizes) != len(travel):
             raise SystemExit(f"bundle: expected {len(travel)} wheels, pip downloaded {len(sizes)}")
+        built_here = sorted(w.name for w in built.glob("*.whl") if w.name in sizes)
+        pth = {w: found for w in sizes if (found := pth_files(wheels / w))}
+        for wheel, files in pth.items():
+            print(f"bundle: {wheel} installs {', '.join(files)}, which an install read through PYTHONPATH never runs: "
+                  "leave it out (--leave-out) or add its paths to PYTHONPATH", flush=True)
         if debs:
             download_debs(list(debs), deb_dir)
         deb_sizes = {d.name: d.stat().st_size for d in sorted(deb_dir.glob("*.deb"))}
@@ -251,8 +391,10 @@ def build(vllm: str | None, host_files: list[Path], out: Path, python: str, glib
         parts = write_parts(wheels, out, debs=deb_dir)
     manifest = {"vllm": vllm, "requirements": requirements + list(no_deps), "python": python, "glibc": glibc,
                 "part_mib": PART_MIB, "parts": parts, "bytes": sum(sizes.values()) + sum(deb_sizes.values()),
-                "wheels": sizes, "debs": deb_sizes, "left_out_host_has": left_out, "host_versions_kept": notes,
-                "host_lists": [str(f) for f in host_files]}
+                "wheels": sizes, "debs": deb_sizes, "left_out_host_has": host_has, "host_versions_kept": notes,
+                "host_lists": [str(f) for f in host_files], "left_out": left_out, "left_out_with_them": gone_with,
+                "built_here": built_here, "swapped": {f"{n}=={need}": carry for n, (need, carry) in swaps.items()},
+                "pth_files": pth}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"bundle: {len(sizes)} wheels{f', {len(deb_sizes)} Debian packages' if deb_sizes else ''}, "
           f"{manifest['bytes'] / 2**20:.0f} MiB in {len(parts)} parts under {out}")
@@ -347,30 +489,57 @@ def install(stage: Path, target: Path | None) -> Path:
     return target
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m conformance.tools.bundle", description=__doc__.split("\n\n")[0])
+def parse_leave_out(text: str) -> tuple[str, str]:
+    name, _, why = text.partition("=")
+    if not why.strip():
+        raise SystemExit(f"bundle: --leave-out {text!r}: write NAME=WHY (why is recorded in MANIFEST.json)")
+    return name.strip(), why.strip()
+
+
+class ArgumentsFromFiles(argparse.ArgumentParser):
+    """`@FILE` arguments: a line holds one or more, quoted as in a shell, `#` starting a comment."""
+
+    def convert_arg_line_to_args(self, arg_line: str) -> list[str]:
+        return shlex.split(arg_line, comments=True)
+
+
+def arguments() -> argparse.ArgumentParser:
+    p = ArgumentsFromFiles(prog="python -m conformance.tools.bundle", description=__doc__.split("\n\n")[0],
+                           fromfile_prefix_chars="@")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("host", help="print this host's packages (pip list --format=freeze)")
     b = sub.add_parser("build", help="resolve, leave out what the host has, download, split")
     b.add_argument("--vllm", help="the vLLM version (leave out for a bundle of --with packages only)")
-    b.add_argument("--with", dest="extra", nargs="+", default=[], metavar="REQ",
+    b.add_argument("--with", dest="extra", nargs="+", action="extend", default=[], metavar="REQ",
                    help="more requirements resolved with it; `--with quality` means the quality scorers (QUALITY)")
-    b.add_argument("--add", dest="no_deps", nargs="+", default=[], metavar="NAME==X",
+    b.add_argument("--add", dest="no_deps", nargs="+", action="extend", default=[], metavar="NAME==X",
                    help="wheels added without their dependencies (`--add quality` means QUALITY_NO_DEPS)")
-    b.add_argument("--deb", dest="debs", nargs="+", default=[], metavar="PKG",
+    b.add_argument("--deb", dest="debs", nargs="+", action="extend", default=[], metavar="PKG",
                    help="Debian packages carried too (apt-get download, amd64); `--deb quality` means QUALITY_DEBS (espeak-ng)")
     b.add_argument("--host", type=Path, action="append", required=True, metavar="LIST",
                    help="the host's `bundle host` output; again for each bundle's MANIFEST.json installed before this "
                         "one (a later list shadows an earlier one, as on PYTHONPATH)")
     b.add_argument("--prefer-host", action="store_true",
                    help="keep the host's versions: resolve to them, and take them over a requirement's own pin")
+    b.add_argument("--find-links", type=Path, action="append", default=[], metavar="DIR",
+                   help="a folder of wheels beside the registry, for the resolve and the download")
+    b.add_argument("--build", dest="sdists", nargs="+", action="extend", default=[], metavar="REQ",
+                   help="requirements the registry has only as source: wheels built here (pip wheel --no-deps)")
+    b.add_argument("--swap", dest="swaps", action="append", default=[], metavar="NAME==X=Y",
+                   help="resolve the pin NAME==X against Y's metadata and carry Y")
+    b.add_argument("--leave-out", action="append", default=[], metavar="NAME=WHY",
+                   help="drop NAME and what only it needed, WHY recorded in MANIFEST.json")
     b.add_argument("--python", default="3.12")
     b.add_argument("--glibc", default="2.39")
     b.add_argument("out", type=Path)
     i = sub.add_parser("install", help="check the parts in STAGE and install them into --target")
     i.add_argument("stage", type=Path)
     i.add_argument("--target", type=Path, help="default ~/vllm-<version>")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = arguments().parse_args(argv)
     if args.command == "host":
         return subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"]).returncode
     if args.command == "build":
@@ -379,7 +548,8 @@ def main(argv: list[str]) -> int:
         extra = [r for e in args.extra for r in (QUALITY if e == "quality" else [e])]
         no_deps = [r for e in args.no_deps for r in (QUALITY_NO_DEPS if e == "quality" else [e])]
         debs = [d for e in args.debs for d in (QUALITY_DEBS if e == "quality" else [e])]
-        build(args.vllm, args.host, args.out, args.python, args.glibc, extra, no_deps, debs, args.prefer_host)
+        recipe = Recipe(args.find_links, args.sdists, args.swaps, dict(map(parse_leave_out, args.leave_out)))
+        build(args.vllm, args.host, args.out, args.python, args.glibc, extra, no_deps, debs, args.prefer_host, recipe)
     else:
         install(args.stage, args.target)
     return 0
