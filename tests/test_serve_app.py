@@ -150,3 +150,29 @@ def test_a_whole_aac_answer_is_mp4_whose_edit_list_drops_the_priming():
         decoded = sum(f.samples for f in container.decode(audio=0))
     sent = sum(len(c) for c in CHUNKS)  # 2880 samples: the decoder gives them and the last frame's padding
     assert sent <= decoded < sent + 1024, f"{decoded} samples decoded for {sent} sent"
+
+
+def test_a_client_that_leaves_while_sending_its_body_is_no_server_error(caplog):
+    """Seen on an H100 when a benchmark level's time limit cut requests just sent: each was a 500 with a logged
+    traceback (benchmarks/results/2026-12-07-h100-host-chunks-mps/NOTES.md)."""
+    metrics = ServeMetrics()
+    service = FakeService(speaker=FakeSpeaker(metrics), model_name="m", runner="v1", profile="default",
+                          max_model_len=1024, default_sampling={}, voices={"default": None}, stream_default=EXACT)
+    app, sent = build_app(service), []
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/audio/speech", "raw_path": b"/v1/audio/speech", "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"), (b"content-length", b"40")],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8091)}
+
+    async def receive():
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    with caplog.at_level("INFO", logger="higgs_ref.serve"):
+        asyncio.run(app(scope, receive, send))
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 499
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "the client left before its body arrived" in caplog.text
+    assert 'higgs_serve_requests_total{status="500"}' not in metrics.render().decode()

@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from reference.serve.admission import Admission, Overloaded
 from reference.serve.answers import (CUT_BODY_LOGGED, DECODED, MEDIA_TYPES, PCM_HEADERS, WHOLE_MEDIA_TYPES,
@@ -201,6 +202,13 @@ def build_app(service: Service, on_startup=None, on_shutdown=None, on_engine_dea
             return {"message": str(exc), "type": "engine_aborted"}
         logger.error("speech request %s failed after its first audio", request_id, exc_info=exc)
         return {"message": f"{type(exc).__name__}: {exc}", "type": "server_error"}
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_left(request: Request, exc: ClientDisconnect):
+        """The client left while sending its body (a speech request or an upload): nothing was started for it
+        and nobody reads an answer; not a server error."""
+        logger.info("%s %s: the client left before its body arrived", request.method, request.url.path)
+        return Response(status_code=499)
 
     @app.exception_handler(EngineDead)
     async def dead(request: Request, exc: EngineDead):
