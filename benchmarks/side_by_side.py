@@ -1,0 +1,308 @@
+"""Talker and codec side by side on one GPU (issue #52 item 3): how much does the code2wav stage's
+decode slow the talker's step, and does it overlap with it when it runs on a CUDA stream of its own
+in the talker's process, or in a process of its own (with or without an MPS daemon)?
+
+    python -m benchmarks.side_by_side --batches 64 256 --seconds 8 --out-dir DIR
+    python -m benchmarks.side_by_side --modes processes --label mps --out-dir DIR   # under an MPS daemon
+
+The talker is a stand-in for the engine's decode step, not the vLLM engine, so that the two can be
+arranged every way: the checkpoint size's Qwen3 shape in bfloat16 (per layer its QKV, attention over a
+KV cache of `--context` tokens, output and MLP matmuls), one CUDA graph a step, and a host copy of the
+step's output that waits for it, as vLLM's sampler does. The codec is the real one: the dummy
+checkpoint's decoder in float32, the stage's carried CUDA graphs (reference/codec/stage.py `warm`),
+steady chunks of `chunk_frames` new frames for B streams, copied to the host as the stage does. It is
+fed as the talker feeds it: one batch of B chunks every `chunk_frames` talker steps.
+
+Modes, each for `--seconds`, per batch B (streams):
+- `alone`: the talker stepping alone, then the codec decoding batch after batch alone;
+- `serial`: one thread, one CUDA stream: after every `chunk_frames`-th step the codec's batch, which
+  the next step waits for (the two taking turns, as kernels of two processes do without MPS);
+- `streams`: one process, the codec in a thread of its own on a CUDA stream of its own;
+- `processes`: the codec in this process, the talker in another (the server and its engine core).
+Per mode: the talker's step (median, p90), the end-to-end step (the mode's seconds over its steps)
+and its ratio to the talker's step alone, the codec's batch (median), and the batches it still owed
+at the end (more than one: it did not keep up). Writes DIR/side_by_side.json (`--label` names the run
+in it, and in the file name when given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from higgs_dummy.checkpoint import checkpoint_config
+from higgs_dummy.codec_weights import codec_config, codec_state_dict
+from reference.codec.carried import advance
+from reference.codec.model import Codec
+from reference.codec.stage import CodecStage, _to_host
+from reference.codec.geometry import StreamGeometry
+
+MODES = ("alone", "serial", "streams", "processes")
+MANY_STREAMS_GEOMETRY = (8, 25, 10, 10)  # reference/deploy/profiles/many_streams_v2.yaml (read without its schema's
+# jsonschema, which a bare GPU host lacks; tests/test_side_by_side.py checks they agree)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+
+
+class Talker:
+    """A decode step of the checkpoint size's Qwen3 shape for `batch` requests, each with `context`
+    tokens cached: weights and caches random, bfloat16 on CUDA (float32 on the CPU)."""
+
+    def __init__(self, size: str, batch: int, context: int, device: torch.device) -> None:
+        cfg = checkpoint_config(size)["text_config"]
+        d, dh, inter = cfg["hidden_size"], cfg["head_dim"], cfg["intermediate_size"]
+        self.heads, self.kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+
+        def weight(rows: int, cols: int) -> torch.Tensor:
+            return torch.randn(rows, cols, device=device, dtype=dtype) / rows**0.5
+
+        qkv = (self.heads + 2 * self.kv_heads) * dh
+        self.layers = [(weight(d, qkv), weight(self.heads * dh, d), weight(d, 2 * inter), weight(inter, d))
+                       for _ in range(cfg["num_hidden_layers"])]
+        self.caches = [torch.randn(2, batch, self.kv_heads, context, dh, device=device, dtype=dtype)
+                       for _ in self.layers]
+        self.x = torch.randn(batch, d, device=device, dtype=dtype)
+        self.device, self.dh = device, dh
+        self.host = torch.empty(batch, pin_memory=device.type == "cuda")
+        self.graph = None
+        if device.type == "cuda":
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                self.y = self._forward()  # warm-up outside the capture
+            torch.cuda.current_stream(device).wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.y = self._forward()
+
+    def _forward(self) -> torch.Tensor:
+        x, b = self.x, len(self.x)
+        for (w_qkv, w_o, w_gate_up, w_down), cache in zip(self.layers, self.caches):
+            q = (x @ w_qkv)[:, : self.heads * self.dh].view(b, self.heads, 1, self.dh)
+            attn = F.scaled_dot_product_attention(q, cache[0], cache[1], enable_gqa=True)
+            x = x + attn.reshape(b, -1) @ w_o
+            gate, up = (x @ w_gate_up).chunk(2, dim=-1)
+            x = x + (F.silu(gate) * up) @ w_down
+        return x.float().sum(-1)
+
+    def step(self) -> None:
+        """One step, waited for: its output copied to the host (what vLLM's sampling step waits for)."""
+        y = self._forward() if self.graph is None else (self.graph.replay(), self.y)[1]
+        self.host.copy_(y, non_blocking=True)
+        _sync(self.device)
+
+
+class CodecLoad:
+    """B streams of steady carried chunks: `batch()` decodes the next chunk of each, as the stage's
+    worker does (one `advance`, each stream's chunk taken, the batch copied to the host)."""
+
+    def __init__(self, stage: CodecStage, batch: int) -> None:
+        g, books = stage.geometry, stage.codec.cfg.num_codebooks
+        self.stage, self.chunk = stage, g.chunk_frames
+        self.streams = [stage.carried_stream(g) for _ in range(batch)]
+        if None in self.streams:
+            raise ValueError(f"{g}: the stage decodes this geometry's windows, not carried")
+        self.codes = torch.randint(0, 1024, (batch, books, self.chunk), generator=torch.Generator().manual_seed(batch))
+        advance(self.streams, self.codes.new_zeros(batch, books, g.right_holdback_frames), last=False)
+        self.emitted = 0
+
+    def batch(self) -> None:
+        advance(self.streams, self.codes, last=False, graphs=self.stage.carried_graphs)
+        _to_host([s.take(self.emitted, self.chunk) for s in self.streams])
+        self.emitted += self.chunk
+
+    def close(self) -> None:
+        for s in self.streams:
+            s.release()
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return 1000 * (time.perf_counter() - start)
+
+
+def _loop(fn, seconds: float) -> list[float]:
+    """ms per call of fn, called back to back for `seconds`."""
+    samples, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        samples.append(_timed(fn))
+    return samples
+
+
+def _paced_codec(codec: CodecLoad, steps, stop) -> list[float]:
+    """The codec's batches as the talker's steps make them due (one every chunk_frames steps)."""
+    samples = []
+    while not stop():
+        if len(samples) < steps() // codec.chunk:
+            samples.append(_timed(codec.batch))
+        else:
+            time.sleep(0.0002)
+    return samples
+
+
+def serial(talker: Talker, codec: CodecLoad, seconds: float) -> tuple[list[float], list[float]]:
+    steps, batches, end = [], [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        steps.append(_timed(talker.step))
+        if len(steps) % codec.chunk == 0:
+            batches.append(_timed(codec.batch))
+    return steps, batches
+
+
+def streams(talker: Talker, codec: CodecLoad, seconds: float) -> tuple[list[float], list[float]]:
+    steps: list[float] = []
+    batches: list[float] = []
+    done = threading.Event()
+
+    def decode() -> None:
+        on_cuda = talker.device.type == "cuda"
+        with torch.cuda.stream(torch.cuda.Stream(talker.device)) if on_cuda else contextlib.nullcontext():
+            batches.extend(_paced_codec(codec, lambda: len(steps), done.is_set))
+
+    worker = threading.Thread(target=decode)
+    worker.start()
+    try:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:  # step by step: the codec paces itself on len(steps)
+            steps.append(_timed(talker.step))
+    finally:
+        done.set()
+        worker.join()
+    return steps, batches
+
+
+def _talker_process(size: str, batch: int, context: int, device: str, seconds: float, counter, ready, go, out) -> None:
+    talker = Talker(size, batch, context, torch.device(device))
+    talker.step()
+    ready.set()
+    go.wait()
+    samples, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        samples.append(_timed(talker.step))
+        counter.value += 1
+    out.put(samples)
+
+
+def processes(args, batch: int, codec: CodecLoad) -> tuple[list[float], list[float]]:
+    ctx = multiprocessing.get_context("spawn")
+    counter, ready, go, out = ctx.Value("q", 0, lock=False), ctx.Event(), ctx.Event(), ctx.Queue()
+    child = ctx.Process(target=_talker_process,
+                        args=(args.size, batch, args.context, args.device, args.seconds, counter, ready, go, out))
+    child.start()
+    try:
+        if not ready.wait(300):
+            raise RuntimeError("the talker's process was not ready within 300 s")
+        go.set()
+        finished = threading.Event()
+        steps: list[float] = []
+        waiter = threading.Thread(target=lambda: (steps.extend(out.get()), finished.set()))
+        waiter.start()
+        batches = _paced_codec(codec, lambda: counter.value, finished.is_set)
+        waiter.join()
+    finally:
+        child.join(60)
+        if child.is_alive():
+            child.kill()
+    return steps, batches
+
+
+def summary(mode: str, batch: int, seconds: float, steps: list[float], batches: list[float], chunk: int,
+            alone_step_ms: float | None) -> dict:
+    e2e = 1000 * seconds / len(steps) if steps else None
+    row = {"mode": mode, "batch": batch, "steps": len(steps), "codec_batches": len(batches),
+           "talker_step_ms": statistics.median(steps) if steps else None,
+           "talker_step_p90_ms": statistics.quantiles(steps, n=10)[-1] if len(steps) > 1 else None,
+           "e2e_step_ms": e2e, "codec_batch_ms": statistics.median(batches) if batches else None,
+           "codec_owed": len(steps) // chunk - len(batches) if mode != "alone" else None}
+    row["e2e_over_alone"] = e2e / alone_step_ms if e2e and alone_step_ms else None
+    return row
+
+
+def measure(args) -> list[dict]:
+    device = torch.device(args.device)
+    geometry = StreamGeometry(*args.geometry, growing_chunks=True)
+    cfg = codec_config(args.size)
+    stage = CodecStage(Codec.from_state_dict(cfg, codec_state_dict(cfg, 0)).to(device), max(args.batches), 2, geometry)
+    stage.warm()
+    rows = []
+    for batch in args.batches:
+        codec = CodecLoad(stage, batch)
+        codec.batch()
+        talker = Talker(args.size, batch, args.context, device) if set(args.modes) - {"processes"} else None
+        alone = None
+        try:
+            for mode in args.modes:
+                if mode == "alone":
+                    steps = _loop(talker.step, args.seconds)
+                    alone = statistics.median(steps)
+                    rows.append(summary(mode, batch, args.seconds, steps, _loop(codec.batch, args.seconds),
+                                        codec.chunk, alone))
+                else:
+                    run = {"serial": serial, "streams": streams}.get(mode)
+                    steps, batches = processes(args, batch, codec) if run is None else run(talker, codec, args.seconds)
+                    rows.append(summary(mode, batch, args.seconds, steps, batches, codec.chunk, alone))
+                print(describe(rows[-1]), flush=True)
+        finally:
+            codec.close()
+            del talker
+    return rows
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def describe(row: dict) -> str:
+    ratio = "" if row["e2e_over_alone"] is None else f" ({row['e2e_over_alone']:.2f} x alone)"
+    owed = "" if row["codec_owed"] is None else f", owed {row['codec_owed']}"
+    return (f"B={row['batch']:<4} {row['mode']:<9} talker step {_ms(row['talker_step_ms'])} ms "
+            f"(p90 {_ms(row['talker_step_p90_ms'])}), end to end {_ms(row['e2e_step_ms'])} ms{ratio}; "
+            f"codec batch {_ms(row['codec_batch_ms'])} ms x {row['codec_batches']}{owed}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.side_by_side", description=__doc__.splitlines()[0])
+    p.add_argument("--batches", nargs="+", type=int, default=[64, 256], help="streams: the talker's batch and the codec's")
+    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    p.add_argument("--seconds", type=float, default=8.0, help="each mode's run")
+    p.add_argument("--size", default="4b", help="dummy checkpoint shape (talker and codec): tiny | 4b")
+    p.add_argument("--context", type=int, default=300, help="tokens cached per request (prompt and rows so far)")
+    p.add_argument("--geometry", nargs=4, type=int, default=list(MANY_STREAMS_GEOMETRY), metavar="N",
+                   help="first chunk, chunk, left context, holdback frames (growing chunks): many_streams_v2's")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--label", help="names the run (e.g. mps) in the results")
+    p.add_argument("--out-dir", type=Path, required=True)
+    args = p.parse_args(argv)
+    if "alone" in args.modes and args.modes[0] != "alone":
+        p.error("--modes: alone first (the other modes' ratios are to it)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rows = measure(args)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    name = f"side_by_side-{args.label}.json" if args.label else "side_by_side.json"
+    out = {"label": args.label, "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+           "torch": torch.__version__, "size": args.size, "context": args.context, "geometry": args.geometry,
+           "seconds": args.seconds, "rows": rows}
+    (args.out_dir / name).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

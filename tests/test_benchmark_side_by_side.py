@@ -1,0 +1,77 @@
+"""benchmarks/side_by_side.py: a stand-in talker stepping beside the real codec's carried decode, fed one batch of
+chunks every chunk's worth of talker steps, in each arrangement (tiny shapes, CPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from benchmarks import side_by_side
+from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
+from reference.codec.geometry import StreamGeometry
+from reference.codec.stage import CodecStage
+from reference.deploy.resolve import resolve_deployment
+
+pytestmark = pytest.mark.cpu
+SMALL = StreamGeometry(first_chunk_frames=2, chunk_frames=6, left_context_frames=10, right_holdback_frames=10,
+                       growing_chunks=True)
+CPU = torch.device("cpu")
+
+
+def codec_load(batch: int) -> side_by_side.CodecLoad:
+    stage = CodecStage(fixture_codec(), batch, 2, SMALL)
+    stage.warm()
+    return side_by_side.CodecLoad(stage, batch)
+
+
+def test_the_default_geometry_is_many_streams_v2s():
+    shipped = resolve_deployment("many_streams_v2", "cuda").geometry
+    assert StreamGeometry(*side_by_side.MANY_STREAMS_GEOMETRY, growing_chunks=True) == shipped
+
+
+def test_each_codec_batch_is_every_streams_next_chunk_of_new_frames():
+    load = codec_load(3)
+    with one_torch_thread():
+        for _ in range(4):
+            load.batch()
+    assert load.emitted == 4 * 6 and all(s.pushed == SMALL.right_holdback_frames + 4 * 6 for s in load.streams)
+    load.close()
+    assert load.stage.carried_slots_in_use == 0
+
+
+def test_taking_turns_decodes_one_batch_after_every_chunks_worth_of_steps():
+    load, talker = codec_load(2), side_by_side.Talker("tiny", 2, 16, CPU)
+    with one_torch_thread():
+        steps, batches = side_by_side.serial(talker, load, seconds=0.3)
+    assert len(steps) >= 6 and len(batches) == len(steps) // 6
+    load.close()
+
+
+def test_a_codec_on_its_own_thread_never_runs_ahead_of_the_talkers_steps():
+    load, talker = codec_load(2), side_by_side.Talker("tiny", 2, 16, CPU)
+    with one_torch_thread():
+        steps, batches = side_by_side.streams(talker, load, seconds=0.3)
+    assert batches and len(batches) <= len(steps) // 6
+    load.close()
+
+
+def test_the_command_writes_a_row_for_each_mode_and_batch(tmp_path):
+    args = ["--size", "tiny", "--batches", "2", "--seconds", "0.2", "--device", "cpu", "--geometry", "2", "6", "10", "10",
+            "--label", "cpu", "--out-dir", str(tmp_path)]
+    with one_torch_thread():
+        assert side_by_side.main(args) == 0
+    out = json.loads((tmp_path / "side_by_side-cpu.json").read_text())
+    rows = out["rows"]
+    assert [(r["mode"], r["batch"]) for r in rows] == [(mode, 2) for mode in side_by_side.MODES]
+    alone = rows[0]
+    assert alone["steps"] > 0 and alone["codec_batches"] > 0 and alone["codec_owed"] is None
+    for row in rows[1:]:
+        assert row["steps"] > 0 and row["codec_owed"] == row["steps"] // 6 - row["codec_batches"] >= 0
+        assert row["e2e_over_alone"] == pytest.approx(row["e2e_step_ms"] / alone["talker_step_ms"])
+
+
+def test_alone_comes_first_when_asked_for():
+    with pytest.raises(SystemExit):
+        side_by_side.parse_args(["--modes", "serial", "alone", "--out-dir", "x"])
