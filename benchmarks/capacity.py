@@ -19,6 +19,15 @@ streams in flight by construction, where Poisson arrivals at r a second hold abo
 request's time in flight, a number that moves with the server's speed; each level reports the
 streams it measured in flight, mean and peak.)
 
+`--listen`: each client is a listener instead, who asks for the next answer once the last one's audio
+has played (its first audio, then its length and any stalls; a failed one at once, after the pause),
+and the first sends spread over one answer's audio (the warm-up's). A level of c is then c listeners
+each playing a stream: the server holds fewer than c requests whenever it makes audio faster than
+real time, and a client never waits on the tail of an answer it has far ahead of its playback. The
+load stays as spread as the first sends were, where back-to-back clients whose answers take longer
+under load than the warm-up's bunch up and arrive in waves
+(benchmarks/results/2026-12-07-h100-host-chunks-mps/NOTES.md).
+
 A level passes when at least `--stall-free` (0.99) of its counted streams played through without a
 stall (a failed request, an error status, a broken body or a timeout, did not) and their TTFA p99
 (over the answered ones) is at most `--ttfa-p99-ms` (300); a level past `--level-timeout` fails.
@@ -52,11 +61,20 @@ from benchmarks import served
 FAILED_PAUSE_S = 0.5  # so that a server refusing at once is not asked again at once
 
 
+def played_out_s(record: dict) -> float:
+    """When a request's audio has played, counted from its send: its first audio, its length and its stalls
+    (a failed request's, at its end)."""
+    if not record["ok"]:
+        return record["total_s"]
+    return record["ttfa_s"] + record["audio_s"] + sum(record["stalls_s"])
+
+
 async def steady_loop(speech: served.Speech, streams: int, rounds: int, ramp_s: float, seed: int, extra: list,
-                      counted: list) -> None:
-    """`streams` clients sending back to back from seeded instants within `ramp_s`: the records of
-    each client's first `rounds` requests sent once every client has started go to `counted`, the
-    others (the ramp's, and those that keep the load up until the last counted one ends) to `extra`."""
+                      counted: list, listen: bool = False) -> None:
+    """`streams` clients from seeded instants within `ramp_s`, each sending its next request once its
+    last one ended (`listen`: once its audio has played): the records of each client's first `rounds`
+    requests sent once every client has started go to `counted`, the others (the ramp's, and those that
+    keep the load up until the last counted one ends) to `extra`."""
     starts = np.random.default_rng([seed, streams]).uniform(0.0, ramp_s, streams)
     t0, started, left = time.perf_counter(), 0, streams * rounds
     all_counted = asyncio.Event()
@@ -68,6 +86,7 @@ async def steady_loop(speech: served.Speech, streams: int, rounds: int, ramp_s: 
         own = rounds
         while own or not all_counted.is_set():
             counts = own > 0 and started == streams
+            sent = time.perf_counter()
             record = await speech.measure(t0, counted if counts else extra)
             if counts:
                 own, left = own - 1, left - 1
@@ -75,6 +94,8 @@ async def steady_loop(speech: served.Speech, streams: int, rounds: int, ramp_s: 
                     all_counted.set()
             if not record["ok"]:
                 await asyncio.sleep(FAILED_PAUSE_S)
+            elif listen:
+                await asyncio.sleep(max(0.0, sent + played_out_s(record) - time.perf_counter()))
 
     async with asyncio.TaskGroup() as group:
         for start in starts.tolist():
@@ -168,8 +189,8 @@ async def run(args, url: str, model: str, results: dict) -> bool:
                                               args.level_timeout, target_s)
             results["warmup"] = {k: v for k, v in warmup.items() if k != "records"}
             print("warm-up " + served.describe(warmup), flush=True)
-            if ramp_s is None:
-                alone = [r["total_s"] for r in warmup["records"] if r["ok"]]
+            if ramp_s is None:  # one cycle of a client alone: the answer's time, or its audio's for a listener
+                alone = [r["audio_s" if args.listen else "total_s"] for r in warmup["records"] if r["ok"]]
                 if not alone:
                     results["status"] = "the warm-up had no answer"
                     return False
@@ -180,7 +201,8 @@ async def run(args, url: str, model: str, results: dict) -> bool:
             extra: list[dict] = []
             level = await served.timed_level(
                 "steady", streams, streams * args.rounds,
-                functools.partial(steady_loop, speech, streams, args.rounds, ramp_s, args.seed, extra),
+                functools.partial(steady_loop, speech, streams, args.rounds, ramp_s, args.seed, extra,
+                                  listen=args.listen),
                 args.level_timeout, target_s)
             level.update(in_flight=in_flight(level["records"], extra), played_through=played_through(level["records"]),
                          uncounted={"requests": len(extra), "failed": sum(not r["ok"] for r in extra)})
@@ -249,7 +271,8 @@ def plot(results: dict, path: Path) -> bool:
         stalled.set_xscale("log", base=2)
     stalled.set_xticks(xs, [f"{x:g}" for x in xs])
     stalled.minorticks_off()
-    stalled.set_xlabel("streams in flight at once")
+    stalled.set_xlabel("listeners (each playing its stream)" if criteria["clients"] == "listeners"
+                       else "streams in flight at once")
     if np.nanmax(p99 + [0]) > 10 * criteria["ttfa_p99_ms"]:
         ttfa.set_yscale("log")
     title = figure_line(figure, criteria) if figure else results["status"]
@@ -271,7 +294,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-streams", type=int, default=512, help="the last doubling step")
     p.add_argument("--resolution", type=int, default=8, help="the bisection stops this many streams apart")
     p.add_argument("--rounds", type=int, default=2, help="counted requests per stream")
-    p.add_argument("--ramp-s", type=float, help="the first sends spread over this (default: the warm-up's median time)")
+    p.add_argument("--listen", action="store_true",
+                   help="each stream a listener: its next request once the last one's audio has played")
+    p.add_argument("--ramp-s", type=float, help="the first sends spread over this (default: the warm-up's median "
+                                                "time, or with --listen its audio's length)")
     p.add_argument("--budget-s", type=float, default=3600.0, help="no level starts that would end past this")
     args = p.parse_args(argv)
     served.check_server_arguments(p, args)
@@ -287,7 +313,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     results = {**served.new_results("benchmarks.capacity", argv, args),
-               "criteria": {"stall_free": args.stall_free, "ttfa_p99_ms": args.ttfa_p99_ms}, "capacity": None,
+               "criteria": {"stall_free": args.stall_free, "ttfa_p99_ms": args.ttfa_p99_ms,
+                            "clients": "listeners" if args.listen else "back to back"}, "capacity": None,
                "levels": []}
     return 0 if served.measure_and_write(args, results, run, "capacity", plot) else 1
 

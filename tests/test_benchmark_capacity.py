@@ -170,6 +170,37 @@ def test_a_level_keeps_its_streams_in_flight_and_counts_each_clients_rounds():
     assert starts[-1] - starts[0] > 0.05  # spread over the ramp, not sent together
 
 
+class AudioSpeech(PacedSpeech):
+    """PacedSpeech whose answers bring `audio_s` of audio, the first after `ttfa_s`; each record names its client
+    (the task that sent it: one a client)."""
+
+    def __init__(self, seconds: float, ttfa_s: float, audio_s: float) -> None:
+        super().__init__(seconds)
+        self.ttfa_s, self.audio_s = ttfa_s, audio_s
+
+    async def measure(self, t0: float, sink: list) -> dict:
+        done = await super().measure(t0, sink)
+        done.update(ttfa_s=self.ttfa_s, audio_s=self.audio_s, client=id(asyncio.current_task()))
+        return done
+
+
+def test_a_listener_asks_again_once_the_audio_has_played_so_fewer_requests_are_in_flight():
+    speech, counted, extra = AudioSpeech(0.1, ttfa_s=0.05, audio_s=0.4), [], []
+    asyncio.run(steady_loop(speech, 4, 2, 0.4, 0, extra, counted, listen=True))
+    assert len(counted) == 4 * 2 and speech.now == 0
+    every = sorted(counted + extra, key=lambda r: r["sent_s"])
+    for first in every:  # the same client's next send: not before its audio has played (0.05 + 0.4 s)
+        later = [r["sent_s"] for r in every if r["sent_s"] > first["sent_s"] and r["client"] == first["client"]]
+        assert not later or later[0] >= first["sent_s"] + 0.45 - 0.01
+    figures = in_flight(counted, extra)
+    assert figures["peak"] < 4 and figures["mean"] < 2  # answers of 0.1 s for 0.45 s cycles: about one in four
+
+
+def test_a_listeners_audio_plays_out_after_its_first_audio_its_length_and_its_stalls():
+    assert capacity.played_out_s({**record(0.3, stalled=True), "audio_s": 10.0}) == pytest.approx(0.3 + 10.0 + 0.2)
+    assert capacity.played_out_s(record(None, error_kind="ReadError")) == 1.0  # a failure: its own end
+
+
 # --- whole searches against a fake server -------------------------------------------------------
 
 FAKE = {"limit": 3, "past": "stall", "in_flight": 0, "most": 0}  # what the fake does past its limit
@@ -252,9 +283,25 @@ def test_the_results_name_the_target_criteria_and_machine(searches):
     assert results["status"] == "ok" and results["command"].startswith("python -m benchmarks.capacity --base-url")
     assert results["target"]["model"] == "fake-tts" and results["target"]["base_url"].startswith("http://127.0.0.1:")
     assert results["criteria"]["stall_free"] == 0.99 and results["criteria"]["ttfa_p99_ms"] == 300
+    assert results["criteria"]["clients"] == "back to back"
     assert 0.2 < results["criteria"]["ramp_s"] < 5  # the warm-up's one request alone: about 0.3 s
     assert results["settings"]["start"] == 2 and results["body"]["max_tokens"] == 15
     assert {"date", "host", "python", "versions", "warmup"} <= set(results)
+
+
+def test_listeners_hold_fewer_requests_than_there_are_of_them_through_http(tmp_path):
+    """The fake answers 0.6 s of audio in about 0.3 s: a listener holds a request about half of its cycle."""
+    with serving(APP) as url:
+        FAKE.update(limit=100, past="stall", most=0)
+        argv = ["--base-url", url, "--listen", "--start", "4", "--max-streams", "8", "--rounds", "1", "--warmup", "1",
+                "--max-tokens", "15", "--level-timeout", "60", "--out-dir", str(tmp_path)]
+        assert capacity.main(argv) == 0
+    results = json.loads((tmp_path / "capacity.json").read_text())
+    assert results["criteria"]["clients"] == "listeners"
+    assert 0.5 < results["criteria"]["ramp_s"] < 0.7  # one answer's audio (0.6 s), not its time
+    assert [level["load"] for level in results["levels"]] == [4, 8]
+    for level in results["levels"]:
+        assert level["passed"] and level["in_flight"]["mean"] < 0.8 * level["load"]
 
 
 def test_the_arguments_are_checked(capsys):
