@@ -19,10 +19,13 @@ Modes, each for `--seconds`, per batch B (streams):
   the next step waits for (the two taking turns, as kernels of two processes do without MPS);
 - `streams`: one process, the codec in a thread of its own on a CUDA stream of its own;
 - `processes`: the codec in this process, the talker in another (the server and its engine core).
-Per mode: the talker's step (median, p90), the end-to-end step (the mode's seconds over its steps)
-and its ratio to the talker's step alone, the codec's batch (median), and the batches it still owed
-at the end (more than one: it did not keep up). Writes DIR/side_by_side.json (`--label` names the run
-in it, and in the file name when given).
+Per mode: the talker's step (median, p90; and apart, the steps that overlapped a codec batch and the
+others: taking turns, a step beside a batch waits for it), the end-to-end step (the mode's seconds over
+its steps) and its ratio to the talker's step alone, the codec's batch (median), and the batches it
+still owed at the end (more than one: it did not keep up). Every step and batch is timed on the host
+around work it waits for, on one clock for both processes; a row keeps those in 0.4 s from the middle
+of its run, which DIR/side_by_side.png draws, a lane for each (the timeline of issue #52 item 3).
+Writes DIR/side_by_side.json and the PNG (`--label` names the run in the JSON and the file names).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from reference.codec.stage import CodecStage, _to_host
 from reference.codec.geometry import StreamGeometry
 
 MODES = ("alone", "serial", "streams", "processes")
+TIMELINE_S = 0.4  # the window of each mode's run that its row keeps, and the plot draws
 MANY_STREAMS_GEOMETRY = (8, 25, 10, 10)  # reference/deploy/profiles/many_streams_v2.yaml (read without its schema's
 # jsonschema, which a bare GPU host lacks; tests/test_side_by_side.py checks they agree)
 
@@ -129,21 +133,24 @@ class CodecLoad:
             s.release()
 
 
-def _timed(fn) -> float:
+Interval = tuple[float, float]  # (start, end) on time.perf_counter's clock, which every process here shares
+
+
+def _timed(fn) -> Interval:
     start = time.perf_counter()
     fn()
-    return 1000 * (time.perf_counter() - start)
+    return start, time.perf_counter()
 
 
-def _loop(fn, seconds: float) -> list[float]:
-    """ms per call of fn, called back to back for `seconds`."""
+def _loop(fn, seconds: float) -> list[Interval]:
+    """fn called back to back for `seconds`: when each call ran."""
     samples, end = [], time.perf_counter() + seconds
     while time.perf_counter() < end:
         samples.append(_timed(fn))
     return samples
 
 
-def _paced_codec(codec: CodecLoad, steps, stop) -> list[float]:
+def _paced_codec(codec: CodecLoad, steps, stop) -> list[Interval]:
     """The codec's batches as the talker's steps make them due (one every chunk_frames steps)."""
     samples = []
     while not stop():
@@ -154,7 +161,7 @@ def _paced_codec(codec: CodecLoad, steps, stop) -> list[float]:
     return samples
 
 
-def serial(talker: Talker, codec: CodecLoad, seconds: float) -> tuple[list[float], list[float]]:
+def serial(talker: Talker, codec: CodecLoad, seconds: float) -> tuple[list[Interval], list[Interval]]:
     steps, batches, end = [], [], time.perf_counter() + seconds
     while time.perf_counter() < end:
         steps.append(_timed(talker.step))
@@ -163,9 +170,9 @@ def serial(talker: Talker, codec: CodecLoad, seconds: float) -> tuple[list[float
     return steps, batches
 
 
-def streams(talker: Talker, codec: CodecLoad, seconds: float) -> tuple[list[float], list[float]]:
-    steps: list[float] = []
-    batches: list[float] = []
+def streams(talker: Talker, codec: CodecLoad, seconds: float) -> tuple[list[Interval], list[Interval]]:
+    steps: list[Interval] = []
+    batches: list[Interval] = []
     done = threading.Event()
 
     def decode() -> None:
@@ -197,7 +204,7 @@ def _talker_process(size: str, batch: int, context: int, device: str, seconds: f
     out.put(samples)
 
 
-def processes(args, batch: int, codec: CodecLoad) -> tuple[list[float], list[float]]:
+def processes(args, batch: int, codec: CodecLoad) -> tuple[list[Interval], list[Interval]]:
     ctx = multiprocessing.get_context("spawn")
     counter, ready, go, out = ctx.Value("q", 0, lock=False), ctx.Event(), ctx.Event(), ctx.Queue()
     child = ctx.Process(target=_talker_process,
@@ -208,7 +215,7 @@ def processes(args, batch: int, codec: CodecLoad) -> tuple[list[float], list[flo
             raise RuntimeError("the talker's process was not ready within 300 s")
         go.set()
         finished = threading.Event()
-        steps: list[float] = []
+        steps: list[Interval] = []
         waiter = threading.Thread(target=lambda: (steps.extend(out.get()), finished.set()))
         waiter.start()
         batches = _paced_codec(codec, lambda: counter.value, finished.is_set)
@@ -220,16 +227,80 @@ def processes(args, batch: int, codec: CodecLoad) -> tuple[list[float], list[flo
     return steps, batches
 
 
-def summary(mode: str, batch: int, seconds: float, steps: list[float], batches: list[float], chunk: int,
+def _ms(intervals: list[Interval]) -> list[float]:
+    return [1000 * (end - start) for start, end in intervals]
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def steps_beside(steps: list[Interval], batches: list[Interval]) -> tuple[list[float], list[float]]:
+    """The talker's steps (ms) that overlapped a codec batch, and the others: where the two take turns on the
+    GPU, a step beside a batch waits for it; where they run side by side, it barely stretches."""
+    beside, apart, i = [], [], 0
+    for start, end in steps:  # both in time order
+        while i < len(batches) and batches[i][1] <= start:
+            i += 1
+        (beside if i < len(batches) and batches[i][0] < end else apart).append(1000 * (end - start))
+    return beside, apart
+
+
+def timeline(steps: list[Interval], batches: list[Interval], window_s: float = TIMELINE_S) -> dict:
+    """The intervals (ms) within `window_s` from the middle of the run on, from the window's start."""
+    if not steps:
+        return {"talker": [], "codec": []}
+    begin = (steps[0][0] + steps[-1][1] - window_s) / 2
+
+    def within(intervals):
+        return [[round(1000 * (a - begin), 3), round(1000 * (b - begin), 3)] for a, b in intervals
+                if b > begin and a < begin + window_s]
+    return {"talker": within(steps), "codec": within(batches)}
+
+
+def summary(mode: str, batch: int, seconds: float, steps: list[Interval], batches: list[Interval], chunk: int,
             alone_step_ms: float | None) -> dict:
+    step_ms, beside, apart = _ms(steps), *steps_beside(steps, batches)
     e2e = 1000 * seconds / len(steps) if steps else None
     row = {"mode": mode, "batch": batch, "steps": len(steps), "codec_batches": len(batches),
-           "talker_step_ms": statistics.median(steps) if steps else None,
-           "talker_step_p90_ms": statistics.quantiles(steps, n=10)[-1] if len(steps) > 1 else None,
-           "e2e_step_ms": e2e, "codec_batch_ms": statistics.median(batches) if batches else None,
-           "codec_owed": len(steps) // chunk - len(batches) if mode != "alone" else None}
+           "talker_step_ms": _median(step_ms),
+           "talker_step_p90_ms": statistics.quantiles(step_ms, n=10)[-1] if len(step_ms) > 1 else None,
+           "step_beside_codec_ms": _median(beside), "step_apart_ms": _median(apart),
+           "e2e_step_ms": e2e, "codec_batch_ms": _median(_ms(batches)),
+           "codec_owed": len(steps) // chunk - len(batches) if mode != "alone" else None,
+           "timeline_ms": timeline(steps, [] if mode == "alone" else batches)}
     row["e2e_over_alone"] = e2e / alone_step_ms if e2e and alone_step_ms else None
     return row
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Per batch, a lane for the talker's steps and one for the codec's batches in each mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    batches = sorted({r["batch"] for r in rows})
+    fig, axes = plt.subplots(len(batches), 1, figsize=(10, 1.2 + 1.1 * len(rows) / len(batches)), squeeze=False)
+    for ax, batch in zip(axes[:, 0], batches):
+        mine = [r for r in rows if r["batch"] == batch]
+        ticks, labels = [], []
+        for lane, row in enumerate(reversed(mine)):
+            y = 3 * lane
+            for offset, name, colour in ((1, "talker", "tab:blue"), (0, "codec", "tab:orange")):
+                spans = [(a, b - a) for a, b in row["timeline_ms"][name]]
+                ax.broken_barh(spans, (y + offset, 0.8), facecolor=colour, edgecolor="white", linewidth=0.3,
+                               label=name if lane == 0 else None)
+            ticks.append(y + 0.9)
+            labels.append(row["mode"])
+        ax.set_yticks(ticks, labels)
+        ax.set_xlim(0, 1000 * TIMELINE_S)
+        ax.set_title(f"{batch} streams", fontsize=9)
+        ax.legend(fontsize=7, loc="upper right")
+    axes[-1, 0].set_xlabel("ms (each mode's own window, from the middle of its run)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def measure(args) -> list[dict]:
@@ -248,7 +319,7 @@ def measure(args) -> list[dict]:
             for mode in args.modes:
                 if mode == "alone":
                     steps = _loop(talker.step, args.seconds)
-                    alone = statistics.median(steps)
+                    alone = statistics.median(_ms(steps))
                     rows.append(summary(mode, batch, args.seconds, steps, _loop(codec.batch, args.seconds),
                                         codec.chunk, alone))
                 else:
@@ -262,16 +333,17 @@ def measure(args) -> list[dict]:
     return rows
 
 
-def _ms(value) -> str:
+def _fmt(value) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
 def describe(row: dict) -> str:
     ratio = "" if row["e2e_over_alone"] is None else f" ({row['e2e_over_alone']:.2f} x alone)"
     owed = "" if row["codec_owed"] is None else f", owed {row['codec_owed']}"
-    return (f"B={row['batch']:<4} {row['mode']:<9} talker step {_ms(row['talker_step_ms'])} ms "
-            f"(p90 {_ms(row['talker_step_p90_ms'])}), end to end {_ms(row['e2e_step_ms'])} ms{ratio}; "
-            f"codec batch {_ms(row['codec_batch_ms'])} ms x {row['codec_batches']}{owed}")
+    return (f"B={row['batch']:<4} {row['mode']:<9} talker step {_fmt(row['talker_step_ms'])} ms "
+            f"(p90 {_fmt(row['talker_step_p90_ms'])}; beside a codec batch {_fmt(row['step_beside_codec_ms'])}, "
+            f"apart {_fmt(row['step_apart_ms'])}), end to end {_fmt(row['e2e_step_ms'])} ms{ratio}; "
+            f"codec batch {_fmt(row['codec_batch_ms'])} ms x {row['codec_batches']}{owed}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -296,11 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rows = measure(args)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    name = f"side_by_side-{args.label}.json" if args.label else "side_by_side.json"
+    name = f"side_by_side-{args.label}" if args.label else "side_by_side"
     out = {"label": args.label, "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
            "torch": torch.__version__, "size": args.size, "context": args.context, "geometry": args.geometry,
            "seconds": args.seconds, "rows": rows}
-    (args.out_dir / name).write_text(json.dumps(out, indent=1) + "\n")
+    (args.out_dir / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
+    plot(rows, args.out_dir / f"{name}.png")
     return 0
 
 

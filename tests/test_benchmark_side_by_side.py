@@ -46,6 +46,9 @@ def test_taking_turns_decodes_one_batch_after_every_chunks_worth_of_steps():
     with one_torch_thread():
         steps, batches = side_by_side.serial(talker, load, seconds=0.3)
     assert len(steps) >= 6 and len(batches) == len(steps) // 6
+    assert all(batch[0] >= steps[6 * (i + 1) - 1][1] for i, batch in enumerate(batches))  # after its 6th step
+    beside, apart = side_by_side.steps_beside(steps, batches)
+    assert not beside and len(apart) == len(steps)  # taking turns: no step overlaps a batch
     load.close()
 
 
@@ -63,6 +66,7 @@ def test_the_command_writes_a_row_for_each_mode_and_batch(tmp_path):
     with one_torch_thread():
         assert side_by_side.main(args) == 0
     out = json.loads((tmp_path / "side_by_side-cpu.json").read_text())
+    assert (tmp_path / "side_by_side-cpu.png").read_bytes().startswith(b"\x89PNG")
     rows = out["rows"]
     assert [(r["mode"], r["batch"]) for r in rows] == [(mode, 2) for mode in side_by_side.MODES]
     alone = rows[0]
@@ -70,6 +74,22 @@ def test_the_command_writes_a_row_for_each_mode_and_batch(tmp_path):
     for row in rows[1:]:
         assert row["steps"] > 0 and row["codec_owed"] == row["steps"] // 6 - row["codec_batches"] >= 0
         assert row["e2e_over_alone"] == pytest.approx(row["e2e_step_ms"] / alone["talker_step_ms"])
+        window = row["timeline_ms"]
+        assert window["talker"] and all(0 - 50 < a < b < 1000 * side_by_side.TIMELINE_S + 50 for a, b in window["talker"])
+
+
+def test_a_step_is_beside_a_codec_batch_when_their_times_overlap():
+    steps = [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (3.0, 4.0)]
+    batches = [(1.5, 1.7), (3.9, 5.0)]
+    beside, apart = side_by_side.steps_beside(steps, batches)
+    assert beside == [1000.0, 1000.0] and apart == [1000.0, 1000.0]
+    assert side_by_side.steps_beside([(0.0, 2.0), (2.0, 4.0)], [(1.0, 3.0)]) == ([2000.0, 2000.0], [])
+
+
+def test_the_timeline_keeps_the_window_from_the_middle_of_the_run():
+    steps = [(t / 4, (t + 1) / 4) for t in range(4)]  # 0 .. 1 s: the middle 0.5 s is 0.25 .. 0.75 s
+    kept = side_by_side.timeline(steps, [(0.0, 0.125), (0.5, 0.625)], window_s=0.5)
+    assert kept == {"talker": [[0.0, 250.0], [250.0, 500.0]], "codec": [[250.0, 375.0]]}
 
 
 def test_alone_comes_first_when_asked_for():
