@@ -17,6 +17,12 @@ timed twice: replaying the warm-up's CUDA graph (`path` graph) and eagerly; so a
 talker, at c streams and `--step-ms` per step, makes c frames of audio a step (c x 0.04 s): where
 the capacity at B = c is below that, the stage falls behind and first audio waits
 (benchmarks/results/2026-12-01-h200-codec-graphs-a/NOTES.md: first PCM at 16 and 64 streams).
+`--tf32` lets cuDNN use TF32 in the codec's convolutions (the profile's opt-in `extra.codec_tf32`; full
+float32 otherwise): the timings then say what it gains, and the stream-vs-offline figure what it costs. That
+figure is always measured: one stream of `--agreement-frames` random frames decoded a frame at a time as the
+talker makes them (carried where the geometry allows, else in windows, as the stage does), its SNR and largest
+error against the offline decode (the bound of conformance/cases/codec/streaming.yaml for a geometry that
+stitches exactly: 100 dB, 1e-5); with TF32, the stream and the offline decode each against the float32 one too.
 Writes DIR/codec_speed.json.
 """
 
@@ -31,9 +37,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.spread import spread
-from reference.codec.carried import CarriedDecoder, advance
+from reference.codec.carried import CarriedDecoder, advance, stitched_carried
 from reference.codec.stage import CodecStage
-from reference.codec.streaming import Window
+from reference.codec.streaming import Window, agreement, stitched_stream
 
 
 def time_decodes(stage: CodecStage, windows: list[Window], repeats: int, warmup: int = 3) -> list[float]:
@@ -109,6 +115,23 @@ def measure(codec, geometry, batches: list[int], repeats: int, step_ms: float) -
     return rows
 
 
+def stream_vs_offline(codec, geometry, frames: int) -> dict:
+    """SNR and largest error of one stream (a frame at a time, as the stage decodes it) against the offline decode,
+    in the codec's precision; with TF32, the stream and the offline decode each against the float32 one too."""
+    codes = torch.randint(0, 1024, (codec.cfg.num_codebooks, frames), generator=torch.Generator().manual_seed(frames))
+    stitch = stitched_stream if CarriedDecoder(codec).refusal(geometry) else stitched_carried
+    offline, stream = codec.decode(codes), stitch(codec, codes, geometry)
+    found = {"frames": frames, "stream_vs_offline": vars(agreement(stream, offline))}
+    if codec.tf32:
+        codec.tf32 = False
+        try:
+            exact = codec.decode(codes)
+        finally:
+            codec.tf32 = True
+        found.update(stream_vs_float32=vars(agreement(stream, exact)), offline_vs_float32=vars(agreement(offline, exact)))
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.codec_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="default", help="deploy profile: its geometry and the codec's device")
@@ -117,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--step-ms", type=float, default=4.0, help="the talker's step at those batches (H200: about 4)")
     parser.add_argument("--platform", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU")
+    parser.add_argument("--tf32", action="store_true", help="TF32 convolutions (the profile's extra.codec_tf32)")
+    parser.add_argument("--agreement-frames", type=int, default=250, help="the stream-vs-offline clip, in frames")
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
 
@@ -129,17 +154,24 @@ def main(argv: list[str] | None = None) -> int:
     deployment = resolve_deployment(args.profile, platform)
     device = stage_device(deployment, deployment.codec_stage)
     codec = load_codec(cached_checkpoint(args.size, 0, "no_eoc"), device=device)
+    codec.tf32 = args.tf32
     rows = measure(codec, deployment.geometry, args.batches, args.repeats, args.step_ms)
-    print(f"codec on {device}, {args.size} checkpoint, {deployment.profile}: chunks of {rows[0]['new_frames']} frames")
+    agreed = stream_vs_offline(codec, deployment.geometry, args.agreement_frames)
+    print(f"codec on {device}, {args.size} checkpoint, {deployment.profile}, {'TF32' if args.tf32 else 'float32'}: "
+          f"chunks of {rows[0]['new_frames']} frames")
     print(f"{'batch':>5} {'path':>13} {'frames':>6} {'ms/decode':>20} {'ms/new frame':>12} {'stage audio s/s':>16} "
           f"{'talker audio s/s':>17}")
     for r in rows:
         low, high = r["spread_ms"]
         print(f"{r['batch']:>5} {r['path']:>13} {r['decoded_frames']:>6} {r['ms_per_decode']:>8.2f} ({low:.2f}-{high:.2f}) "
               f"{r['ms_per_new_frame']:>12.4f} {r['capacity_audio_s_per_s']:>16.1f} {r['talker_audio_s_per_s']:>17.1f}")
+    for name, figure in agreed.items():
+        if name != "frames":
+            print(f"{name.replace('_', ' ')} ({args.agreement_frames} frames): SNR {figure['snr_db']:.1f} dB, "
+                  f"max abs err {figure['max_abs_err']:.3g}")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out = {"profile": deployment.profile, "platform": platform, "device": str(device), "size": args.size,
-           "step_ms": args.step_ms, "torch": torch.__version__, "rows": rows}
+           "tf32": args.tf32, "step_ms": args.step_ms, "torch": torch.__version__, "rows": rows, "agreement": agreed}
     (args.out_dir / "codec_speed.json").write_text(json.dumps(out, indent=1) + "\n")
     return 0
 

@@ -307,7 +307,9 @@ def measure(args) -> list[dict]:
     device = torch.device(args.device)
     geometry = StreamGeometry(*args.geometry, growing_chunks=True)
     cfg = codec_config(args.size)
-    stage = CodecStage(Codec.from_state_dict(cfg, codec_state_dict(cfg, 0)).to(device), max(args.batches), 2, geometry)
+    codec = Codec.from_state_dict(cfg, codec_state_dict(cfg, 0)).to(device)
+    codec.tf32 = args.tf32
+    stage = CodecStage(codec, max(args.batches), 2, geometry)
     stage.warm()
     rows = []
     for batch in args.batches:
@@ -356,6 +358,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--geometry", nargs=4, type=int, default=list(MANY_STREAMS_GEOMETRY), metavar="N",
                    help="first chunk, chunk, left context, holdback frames (growing chunks): many_streams_v2's")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--tf32", action="store_true", help="TF32 in the codec's convolutions (extra.codec_tf32)")
     p.add_argument("--label", help="names the run (e.g. mps) in the results")
     p.add_argument("--out-dir", type=Path, required=True)
     args = p.parse_args(argv)
@@ -371,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     name = f"side_by_side-{args.label}" if args.label else "side_by_side"
     out = {"label": args.label, "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
            "torch": torch.__version__, "size": args.size, "context": args.context, "geometry": args.geometry,
-           "seconds": args.seconds, "rows": rows}
+           "tf32": args.tf32, "seconds": args.seconds, "rows": rows}
     (args.out_dir / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
     plot(rows, args.out_dir / f"{name}.png")
     return 0

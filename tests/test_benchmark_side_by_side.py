@@ -62,12 +62,13 @@ def test_a_codec_on_its_own_thread_never_runs_ahead_of_the_talkers_steps():
 
 def test_the_command_writes_a_row_for_each_mode_and_batch(tmp_path):
     args = ["--size", "tiny", "--batches", "2", "--seconds", "0.2", "--device", "cpu", "--geometry", "2", "6", "10", "10",
-            "--label", "cpu", "--out-dir", str(tmp_path)]
+            "--tf32", "--label", "cpu", "--out-dir", str(tmp_path)]
     with one_torch_thread():
         assert side_by_side.main(args) == 0
     out = json.loads((tmp_path / "side_by_side-cpu.json").read_text())
     assert (tmp_path / "side_by_side-cpu.png").read_bytes().startswith(b"\x89PNG")
     rows = out["rows"]
+    assert out["tf32"] is True and out["geometry"] == [2, 6, 10, 10]
     assert [(r["mode"], r["batch"]) for r in rows] == [(mode, 2) for mode in side_by_side.MODES]
     alone = rows[0]
     assert alone["steps"] > 0 and alone["codec_batches"] > 0 and alone["codec_owed"] is None

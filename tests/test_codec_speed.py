@@ -2,6 +2,7 @@
 of the geometry's steady length and turns it into the stage's capacity; tiny codec, CPU (eager:
 the CUDA graph path runs on the GPU only)."""
 
+import copy
 import json
 
 import pytest
@@ -56,3 +57,17 @@ def test_the_command_writes_its_figures(tmp_path):
     assert out["device"] == "cpu" and [r["batch"] for r in out["rows"]] == [2]
     assert out["rows"][0]["decoded_frames"] == 25 + 25 + 4  # default on a CPU: the V1 geometry
     assert [r["path"] for r in out["rows"]] == ["eager"]  # its holdback is short of the reach: windows only
+    assert out["tf32"] is False and set(out["agreement"]) == {"frames", "stream_vs_offline"}
+    assert out["agreement"]["stream_vs_offline"]["snr_db"] < 100  # the V1 geometry stitches lossily
+
+
+def test_the_stream_vs_offline_figure_holds_the_case_bound_where_the_geometry_stitches_exactly():
+    codec = copy.deepcopy(fixture_codec())
+    with one_torch_thread():
+        exact = codec_speed.stream_vs_offline(codec, SMALL, 40)["stream_vs_offline"]
+        codec.tf32 = True  # no arithmetic changes on the CPU: the float32 comparisons hold the same bound
+        found = codec_speed.stream_vs_offline(codec, SMALL, 40)
+    assert exact["snr_db"] >= 100 and exact["max_abs_err"] <= 1e-5
+    assert set(found) == {"frames", "stream_vs_offline", "stream_vs_float32", "offline_vs_float32"}
+    assert found["offline_vs_float32"]["max_abs_err"] == 0.0 and found["stream_vs_float32"]["snr_db"] >= 100
+    assert codec.tf32 is True  # given back as it was

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from higgs_dummy.codec_instances import fixture_codec, one_torch_thread
+from reference.codec.carried import advance
 from reference.codec.geometry import DEFAULT_GEOMETRY, StreamGeometry
 from reference.codec.graphs import DecodeGraphs
 from reference.codec.stage import CodecStage, CodecStageError, StreamClosed
@@ -312,6 +313,29 @@ def test_decoding_runs_off_the_event_loop():
     # beside the decode the loop turns however loaded the machine is: the count is not a speed figure.
     assert asyncio.run(run()) >= 3
     assert threads and threads[0] is not threading.main_thread()
+
+
+def test_tf32_convolutions_are_opt_in_and_the_decodes_run_as_chosen():
+    """extra.codec_tf32 (default false) sets whether cuDNN may use TF32 in the codec's convolutions: read during
+    a whole decode and a carried step (on the CPU the flag changes no arithmetic; on CUDA it does)."""
+    codec, seen = copy.deepcopy(fixture_codec()), []
+    codec.acoustic_decoder.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cudnn.allow_tf32))
+    d = resolve_deployment("default", "cuda")
+    for setting, expected in (({}, False), ({"connectors.talker_to_code2wav.extra.codec_tf32": True}, True)):
+        stage = CodecStage.from_deployment(resolve_deployment("default", "cuda", setting), codec)
+        assert codec.tf32 is expected
+        seen.clear()
+        codec.decode(codes_of(4, 0))
+        stream = stage.carried_stream(SMALL)
+        step = stream.pool.decoder.step
+        stream.pool.decoder.step = lambda *a: seen.append(torch.backends.cudnn.allow_tf32) or step(*a)
+        advance([stream], codes_of(12, 1)[None], last=False)
+        stream.release()
+        assert seen == [expected, expected]
+    with pytest.raises(ValueError, match=r"extra.codec_tf32 of the talker's output connector must be true or false, "
+                                         r"got 1"):
+        CodecStage.from_deployment(dataclasses.replace(d, connectors={d.geometry_connector: {"extra": {
+            "codec_tf32": 1}}}), codec)
 
 
 def test_settings_come_from_the_resolved_deployment_and_bad_ones_are_named():

@@ -223,7 +223,8 @@ class StatePool:
         """CarriedDecoder.step on the streams holding `slots` [B] (a device tensor), their states
         read and written back."""
         states = [pool.index_select(0, slots) for pool in self._pool]  # [B, C, state_len] each
-        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):  # as Codec.decode
+        tf32 = self.decoder.codec.tf32  # as Codec.decode_checked
+        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=tf32):
             pcm = self.decoder.step(hidden, states, starts, ends)
         for pool, state in zip(self._pool, states):
             pool.index_copy_(0, slots, state)

@@ -82,6 +82,7 @@ class Codec(nn.Module):
         self.project_out_bias = nn.Parameter(torch.zeros(n, h), requires_grad=False)  # [8, 1024]
         self.fc2 = nn.Linear(h, cfg.acoustic_hidden_size)
         self.acoustic_decoder = build_dac_decoder(cfg)
+        self.tf32 = False  # cuDNN's TF32 convolutions on CUDA: opt-in (extra.codec_tf32), see decode_checked
 
     @property
     def hop_length(self) -> int:
@@ -170,10 +171,11 @@ class Codec(nn.Module):
         """decode_batch's arithmetic alone: codes already checked, on the codec's device, T >= 1.
         What reference/codec/graphs.py captures."""
         hidden = self.quantized(codes)  # [B, 256, T]
-        # Full float32 convolutions on CUDA: cuDNN's TF32 (on by default) picks its algorithm per
-        # input length, so a streamed window and the whole clip would round differently (seen on
-        # the H200: 55-76 dB between the stream and the offline decode, against 110 dB here).
-        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):
+        # Full float32 convolutions on CUDA unless `tf32`: cuDNN's TF32 (on by default in torch) picks
+        # its algorithm per input length, so a streamed window and the whole clip round differently
+        # (seen on the H200 with windows: 55-76 dB between the stream and the offline decode, against
+        # 110 dB in float32). `benchmarks.codec_speed --tf32` measures both sides of that trade.
+        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=self.tf32):
             return self.acoustic_decoder(hidden)[:, 0]  # [B, T * 960]
 
 

@@ -2,7 +2,8 @@
 batches, with back-pressure per stream. It is what reads the deploy profile's codec settings
 (`CodecStage.from_deployment`): stage 1's `max_num_seqs` is the batch, the talker connector's
 `extra.max_inflight_chunks` the per-stream limit (2 where the file does not set it: upstream's
-files never do).
+files never do), `extra.codec_tf32` whether the codec's convolutions may use TF32 on CUDA (false
+where unset: full float32, reference/codec/model.py).
 
 - A stream (`open`, reference/codec/stage_stream.py) cuts its frames into windows with the
   geometry (ChunkCutter, reference/codec/streaming.py) as its producer pushes them (`push`,
@@ -65,6 +66,7 @@ DEFAULT_MAX_INFLIGHT_CHUNKS = 2
 BATCH_SETTING = "stages.1.max_num_seqs (the codec batch)"
 INFLIGHT_SETTING = "extra.max_inflight_chunks of the talker's output connector"
 CARRIED_SETTING = "extra.codec_carried_state of the talker's output connector"
+TF32_SETTING = "extra.codec_tf32 of the talker's output connector"
 
 
 class CodecStageError(RuntimeError):
@@ -103,9 +105,11 @@ class CodecStage:
             raise ValueError(f"{deployment.profile}: {BATCH_SETTING} is not set; set it in stage_id 1")
         extra = (deployment.connectors.get(deployment.geometry_connector) or {}).get("extra") or {}
         inflight = extra.get("max_inflight_chunks", DEFAULT_MAX_INFLIGHT_CHUNKS)
-        carried = extra.get("codec_carried_state", True)
-        if not isinstance(carried, bool):
-            raise ValueError(f"{deployment.profile}: {CARRIED_SETTING} must be true or false, got {carried!r}")
+        carried, tf32 = extra.get("codec_carried_state", True), extra.get("codec_tf32", False)
+        for name, value in ((CARRIED_SETTING, carried), (TF32_SETTING, tf32)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{deployment.profile}: {name} must be true or false, got {value!r}")
+        codec.tf32 = tf32  # before warm() captures its graphs
         return cls(codec, batch, inflight, deployment.geometry, carried)
 
     def warm(self) -> list[int]:
