@@ -9,9 +9,10 @@ The talker is a stand-in for the engine's decode step, not the vLLM engine, so t
 arranged every way: the checkpoint size's Qwen3 shape in bfloat16 (per layer its QKV, attention over a
 KV cache of `--context` tokens, output and MLP matmuls), one CUDA graph a step, and a host copy of the
 step's output that waits for it, as vLLM's sampler does. The codec is the real one: the dummy
-checkpoint's decoder in float32, the stage's carried CUDA graphs (reference/codec/stage.py `warm`),
-steady chunks of `chunk_frames` new frames for B streams, copied to the host as the stage does. It is
-fed as the talker feeds it: one batch of B chunks every `chunk_frames` talker steps.
+checkpoint's decoder in float32 (`--tf32`: TF32 convolutions), the stage's carried CUDA graphs
+(reference/codec/stage.py `warm`), steady chunks of `chunk_frames` new frames for B streams, copied to
+the host as the stage does. It is fed as the talker feeds it: one batch of B chunks every
+`chunk_frames` talker steps.
 
 Modes, each for `--seconds`, per batch B (streams):
 - `alone`: the talker stepping alone, then the codec decoding batch after batch alone;
@@ -45,14 +46,14 @@ import torch.nn.functional as F
 from higgs_dummy.checkpoint import checkpoint_config
 from higgs_dummy.codec_weights import codec_config, codec_state_dict
 from reference.codec.carried import advance
+from reference.codec.geometry import StreamGeometry
 from reference.codec.model import Codec
 from reference.codec.stage import CodecStage, _to_host
-from reference.codec.geometry import StreamGeometry
 
 MODES = ("alone", "serial", "streams", "processes")
 TIMELINE_S = 0.4  # the window of each mode's run that its row keeps, and the plot draws
 MANY_STREAMS_GEOMETRY = (8, 25, 10, 10)  # reference/deploy/profiles/many_streams_v2.yaml (read without its schema's
-# jsonschema, which a bare GPU host lacks; tests/test_side_by_side.py checks they agree)
+# jsonschema, which a bare GPU host lacks; tests/test_benchmark_side_by_side.py checks they agree)
 
 
 def _sync(device: torch.device) -> None:
