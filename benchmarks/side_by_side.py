@@ -212,8 +212,9 @@ def processes(args, batch: int, codec: CodecLoad) -> tuple[list[Interval], list[
                         args=(args.size, batch, args.context, args.device, args.seconds, counter, ready, go, out))
     child.start()
     try:
-        if not ready.wait(300):
-            raise RuntimeError("the talker's process was not ready within 300 s")
+        while not ready.wait(0.5):
+            if not child.is_alive():
+                raise RuntimeError(f"the talker's process ended before it was ready (exit {child.exitcode})")
         go.set()
         finished = threading.Event()
         steps: list[Interval] = []
