@@ -86,7 +86,6 @@ async def steady_loop(speech: served.Speech, streams: int, rounds: int, ramp_s: 
         own = rounds
         while own or not all_counted.is_set():
             counts = own > 0 and started == streams
-            sent = time.perf_counter()
             record = await speech.measure(t0, counted if counts else extra)
             if counts:
                 own, left = own - 1, left - 1
@@ -95,7 +94,7 @@ async def steady_loop(speech: served.Speech, streams: int, rounds: int, ramp_s: 
             if not record["ok"]:
                 await asyncio.sleep(FAILED_PAUSE_S)
             elif listen:
-                await asyncio.sleep(max(0.0, sent + played_out_s(record) - time.perf_counter()))
+                await asyncio.sleep(max(0.0, t0 + record["sent_s"] + played_out_s(record) - time.perf_counter()))
 
     async with asyncio.TaskGroup() as group:
         for start in starts.tolist():

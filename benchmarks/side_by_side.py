@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import queue
 import statistics
 import threading
 import time
@@ -105,8 +106,11 @@ class Talker:
 
     def step(self) -> None:
         """One step, waited for: its output copied to the host (what vLLM's sampling step waits for)."""
-        y = self._forward() if self.graph is None else (self.graph.replay(), self.y)[1]
-        self.host.copy_(y, non_blocking=True)
+        if self.graph is None:
+            self.y = self._forward()
+        else:
+            self.graph.replay()
+        self.host.copy_(self.y, non_blocking=True)
         _sync(self.device)
 
 
@@ -218,10 +222,18 @@ def processes(args, batch: int, codec: CodecLoad) -> tuple[list[Interval], list[
         go.set()
         finished = threading.Event()
         steps: list[Interval] = []
-        waiter = threading.Thread(target=lambda: (steps.extend(out.get()), finished.set()))
+
+        def collect() -> None:
+            with contextlib.suppress(queue.Empty):
+                steps.extend(out.get(timeout=args.seconds + 120))
+            finished.set()
+
+        waiter = threading.Thread(target=collect)
         waiter.start()
-        batches = _paced_codec(codec, lambda: counter.value, finished.is_set)
+        batches = _paced_codec(codec, lambda: counter.value, lambda: finished.is_set() or not child.is_alive())
         waiter.join()
+        if not steps:
+            raise RuntimeError(f"the talker's process gave no steps (exit {child.exitcode})")
     finally:
         child.join(60)
         if child.is_alive():
