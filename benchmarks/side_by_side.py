@@ -147,11 +147,15 @@ def _timed(fn) -> Interval:
     return start, time.perf_counter()
 
 
-def _loop(fn, seconds: float) -> list[Interval]:
-    """fn called back to back for `seconds`: when each call ran."""
-    samples, end = [], time.perf_counter() + seconds
+def _loop(fn, seconds: float, samples: list[Interval] | None = None, counter=None) -> list[Interval]:
+    """fn called back to back for `seconds`: when each call ran, appended to `samples` as it ends (a codec
+    paced on them reads them growing), and counted in a shared `counter` (another process's)."""
+    samples = [] if samples is None else samples
+    end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         samples.append(_timed(fn))
+        if counter is not None:
+            counter.value += 1
     return samples
 
 
@@ -188,9 +192,7 @@ def streams(talker: Talker, codec: CodecLoad, seconds: float) -> tuple[list[Inte
     worker = threading.Thread(target=decode)
     worker.start()
     try:
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:  # step by step: the codec paces itself on len(steps)
-            steps.append(_timed(talker.step))
+        _loop(talker.step, seconds, steps)  # step by step: the codec paces itself on len(steps)
     finally:
         done.set()
         worker.join()
@@ -202,11 +204,7 @@ def _talker_process(size: str, batch: int, context: int, device: str, seconds: f
     talker.step()
     ready.set()
     go.wait()
-    samples, end = [], time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        samples.append(_timed(talker.step))
-        counter.value += 1
-    out.put(samples)
+    out.put(_loop(talker.step, seconds, counter=counter))
 
 
 def processes(args, batch: int, codec: CodecLoad) -> tuple[list[Interval], list[Interval]]:
