@@ -26,6 +26,10 @@ its steps) and its ratio to the talker's step alone, the codec's batch (median),
 still owed at the end (more than one: it did not keep up). Every step and batch is timed on the host
 around work it waits for, on one clock for both processes; a row keeps those in 0.4 s from the middle
 of its run, which DIR/side_by_side.png draws, a lane for each (the timeline of issue #52 item 3).
+`--talker-first` gives the talker's work precedence where the mode allows it: in `streams`, its steps run on
+a CUDA stream of high priority (the GPU's block scheduler starts its kernels' blocks ahead of the codec's
+waiting ones); in `processes`, the codec's process is an MPS client of below-normal priority
+(CUDA_MPS_CLIENT_PRIORITY=1, the talker's 0), which only an MPS daemon reads.
 Writes DIR/side_by_side.json and the PNG (`--label` names the run in the JSON and the file names).
 """
 
@@ -35,6 +39,7 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import os
 import queue
 import statistics
 import threading
@@ -53,6 +58,7 @@ from reference.codec.stage import CodecStage, _to_host
 
 MODES = ("alone", "serial", "streams", "processes")
 TIMELINE_S = 0.4  # the window of each mode's run that its row keeps, and the plot draws
+MPS_PRIORITY = "CUDA_MPS_CLIENT_PRIORITY"  # read by the CUDA driver as the process starts CUDA, under MPS only
 MANY_STREAMS_GEOMETRY = (8, 25, 10, 10)  # reference/deploy/profiles/many_streams_v2.yaml (read without its schema's
 # jsonschema, which a bare GPU host lacks; tests/test_benchmark_side_by_side.py checks they agree)
 
@@ -179,20 +185,28 @@ def serial(talker: Talker, codec: CodecLoad, seconds: float) -> tuple[list[Inter
     return steps, batches
 
 
-def streams(talker: Talker, codec: CodecLoad, seconds: float) -> tuple[list[Interval], list[Interval]]:
+def _on_stream(device: torch.device, priority: int = 0):
+    """A new CUDA stream of `priority` (lower is sooner: -1 is high, 0 the default's) made current, on CUDA."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    return torch.cuda.stream(torch.cuda.Stream(device, priority=priority))
+
+
+def streams(talker: Talker, codec: CodecLoad, seconds: float,
+            talker_first: bool = False) -> tuple[list[Interval], list[Interval]]:
     steps: list[Interval] = []
     batches: list[Interval] = []
     done = threading.Event()
 
     def decode() -> None:
-        on_cuda = talker.device.type == "cuda"
-        with torch.cuda.stream(torch.cuda.Stream(talker.device)) if on_cuda else contextlib.nullcontext():
+        with _on_stream(talker.device):
             batches.extend(_paced_codec(codec, lambda: len(steps), done.is_set))
 
     worker = threading.Thread(target=decode)
     worker.start()
     try:
-        _loop(talker.step, seconds, steps)  # step by step: the codec paces itself on len(steps)
+        with _on_stream(talker.device, -1) if talker_first else contextlib.nullcontext():
+            _loop(talker.step, seconds, steps)  # step by step: the codec paces itself on len(steps)
     finally:
         done.set()
         worker.join()
@@ -200,6 +214,7 @@ def streams(talker: Talker, codec: CodecLoad, seconds: float) -> tuple[list[Inte
 
 
 def _talker_process(size: str, batch: int, context: int, device: str, seconds: float, counter, ready, go, out) -> None:
+    os.environ.pop(MPS_PRIORITY, None)  # the codec's process may be below normal (--talker-first); this one is not
     talker = Talker(size, batch, context, torch.device(device))
     talker.step()
     ready.set()
@@ -337,8 +352,12 @@ def measure(args) -> list[dict]:
                     rows.append(summary(mode, batch, args.seconds, steps, _loop(codec.batch, args.seconds),
                                         codec.chunk, alone))
                 else:
-                    run = {"serial": serial, "streams": streams}.get(mode)
-                    steps, batches = processes(args, batch, codec) if run is None else run(talker, codec, args.seconds)
+                    if mode == "processes":
+                        steps, batches = processes(args, batch, codec)
+                    elif mode == "streams":
+                        steps, batches = streams(talker, codec, args.seconds, args.talker_first)
+                    else:
+                        steps, batches = serial(talker, codec, args.seconds)
                     rows.append(summary(mode, batch, args.seconds, steps, batches, codec.chunk, alone))
                 print(describe(rows[-1]), flush=True)
         finally:
@@ -369,8 +388,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--context", type=int, default=300, help="tokens cached per request (prompt and rows so far)")
     p.add_argument("--geometry", nargs=4, type=int, default=list(MANY_STREAMS_GEOMETRY), metavar="N",
                    help="first chunk, chunk, left context, holdback frames (growing chunks): many_streams_v2's")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", help="cuda where there is one, else cpu")
     p.add_argument("--tf32", action="store_true", help="TF32 in the codec's convolutions (extra.codec_tf32)")
+    p.add_argument("--talker-first", action="store_true",
+                   help="the talker's steps before the codec's: a high-priority stream (streams), the codec's "
+                        "process an MPS client below normal (processes, under an MPS daemon)")
     p.add_argument("--label", help="names the run (e.g. mps) in the results")
     p.add_argument("--out-dir", type=Path, required=True)
     args = p.parse_args(argv)
@@ -381,12 +403,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.talker_first:
+        os.environ[MPS_PRIORITY] = "1"  # before this process starts CUDA; its talker's process drops it
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     rows = measure(args)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     name = f"side_by_side-{args.label}" if args.label else "side_by_side"
     out = {"label": args.label, "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
            "torch": torch.__version__, "size": args.size, "context": args.context, "geometry": args.geometry,
-           "tf32": args.tf32, "seconds": args.seconds, "rows": rows}
+           "tf32": args.tf32, "talker_first": args.talker_first, "seconds": args.seconds, "rows": rows}
     (args.out_dir / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
     plot(rows, args.out_dir / f"{name}.png")
     return 0

@@ -4,6 +4,7 @@ chunks every chunk's worth of talker steps, in each arrangement (tiny shapes, CP
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -77,6 +78,18 @@ def test_the_command_writes_a_row_for_each_mode_and_batch(tmp_path):
         assert row["e2e_over_alone"] == pytest.approx(row["e2e_step_ms"] / alone["talker_step_ms"])
         window = row["timeline_ms"]
         assert window["talker"] and all(0 - 50 < a < b < 1000 * side_by_side.TIMELINE_S + 50 for a, b in window["talker"])
+
+
+def test_talker_first_is_recorded_and_puts_this_process_below_normal_for_mps(tmp_path, monkeypatch):
+    monkeypatch.delenv(side_by_side.MPS_PRIORITY, raising=False)
+    args = ["--size", "tiny", "--batches", "2", "--seconds", "0.2", "--geometry", "2", "6", "10", "10",
+            "--modes", "streams", "processes", "--talker-first", "--out-dir", str(tmp_path)]
+    with one_torch_thread():
+        assert side_by_side.main(args) == 0
+    out = json.loads((tmp_path / "side_by_side.json").read_text())
+    assert out["talker_first"] is True and [r["mode"] for r in out["rows"]] == ["streams", "processes"]
+    assert all(r["steps"] > 0 for r in out["rows"])
+    assert os.environ[side_by_side.MPS_PRIORITY] == "1"
 
 
 def test_a_step_is_beside_a_codec_batch_when_their_times_overlap():
