@@ -116,6 +116,21 @@ def in_flight(counted: list[dict], extra: list[dict]) -> dict:
     return {"mean": float(overlap / (end - begin)) if end > begin else None, "peak": int(counts.max())}
 
 
+def ttfa_by_in_flight(counted: list[dict], extra: list[dict], width: int = 10) -> list[dict]:
+    """The counted answers' TTFA grouped by the requests in flight as each was sent (itself included; the
+    uncounted ones too), `width` a group: where the first audio waits on the load, it grows group by group."""
+    every = counted + extra
+    sent = np.array([r["sent_s"] for r in every])
+    ends = sent + np.array([r["total_s"] for r in every])
+    groups: dict[int, list[float]] = {}
+    for r in counted:
+        if r["ok"]:
+            load = int(((sent <= r["sent_s"]) & (ends > r["sent_s"])).sum())
+            groups.setdefault(load // width, []).append(1000 * r["ttfa_s"])
+    return [{"in_flight": [g * width, (g + 1) * width - 1], "requests": len(ttfa),
+             "ttfa_p50_ms": float(np.median(ttfa)), "ttfa_max_ms": max(ttfa)} for g, ttfa in sorted(groups.items())]
+
+
 def played_through(records: list[dict]) -> float | None:
     """The share of streams answered in full without a stall (a failed one was not)."""
     return sum(r["ok"] and not r["stalls_s"] for r in records) / len(records) if records else None
@@ -204,6 +219,7 @@ async def run(args, url: str, model: str, results: dict) -> bool:
                                   listen=args.listen),
                 args.level_timeout, target_s)
             level.update(in_flight=in_flight(level["records"], extra), played_through=played_through(level["records"]),
+                         ttfa_by_in_flight=ttfa_by_in_flight(level["records"], extra),
                          uncounted={"requests": len(extra), "failed": sum(not r["ok"] for r in extra)})
             level["failing"] = verdict(level, args.stall_free, args.ttfa_p99_ms)
             level["passed"] = not level["failing"]
@@ -222,12 +238,15 @@ async def run(args, url: str, model: str, results: dict) -> bool:
 
 
 def describe(level: dict) -> str:
-    """served.py's line of a level, then the streams in flight and the verdict."""
+    """served.py's line of a level, then the streams in flight and the verdict; under it, the TTFA by load."""
     streams = level["in_flight"]
     share = "-" if level["played_through"] is None else f"{level['played_through']:.1%}"
     mean = "-" if streams["mean"] is None else f"{streams['mean']:.1f}"
+    by_load = "; ".join(f"{g['in_flight'][0]}-{g['in_flight'][1]}: {g['ttfa_p50_ms']:.0f} ms ({g['requests']})"
+                        for g in level["ttfa_by_in_flight"])
     return (served.describe(level) + f"; in flight {mean} (peak {streams['peak']}); played through {share}: "
-            + ("PASS" if level["passed"] else "FAIL (" + "; ".join(level["failing"]) + ")"))
+            + ("PASS" if level["passed"] else "FAIL (" + "; ".join(level["failing"]) + ")")
+            + f"\n  TTFA p50 by requests in flight at the send (answers): {by_load or '-'}")
 
 
 def figure_line(figure: dict, criteria: dict) -> str:

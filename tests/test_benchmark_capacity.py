@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from benchmarks import capacity
-from benchmarks.capacity import bracket, in_flight, next_streams, search, steady_loop, verdict
+from benchmarks.capacity import bracket, in_flight, next_streams, search, steady_loop, ttfa_by_in_flight, verdict
 from benchmarks.served import BYTES_PER_S, level_figures
 from tests.loopback import serving
 
@@ -138,6 +138,20 @@ def test_streams_in_flight_over_the_counted_span():
     assert figures["mean"] == pytest.approx((2 + 2 + 1.5 + 1) / 3)
     assert figures["peak"] == 3  # at 2 s: the two counted and the second extra
     assert in_flight([], extra) == {"mean": None, "peak": None}
+
+
+def test_the_first_audio_is_grouped_by_the_requests_in_flight_as_it_was_asked_for():
+    counted = [{**record(0.2, sent=0.0), "total_s": 10.0},  # alone: 1 in flight
+               {**record(0.3, sent=1.0), "total_s": 10.0},  # 2: the first and itself (the extra at 0.2 ended)
+               {**record(0.5, sent=2.0), "total_s": 10.0},  # 4: the two before, the extra sent at 1.5, itself
+               {**record(0.7, sent=2.5), "total_s": 10.0},  # 5
+               {**record(None, error_kind="ReadError", sent=3.0)}]  # failed: no first audio to group
+    extra = [{"sent_s": 1.5, "total_s": 5.0}, {"sent_s": 0.2, "total_s": 0.5}]
+    groups = ttfa_by_in_flight(counted, extra, width=2)
+    assert groups == [{"in_flight": [0, 1], "requests": 1, "ttfa_p50_ms": 200.0, "ttfa_max_ms": 200.0},
+                      {"in_flight": [2, 3], "requests": 1, "ttfa_p50_ms": 300.0, "ttfa_max_ms": 300.0},
+                      {"in_flight": [4, 5], "requests": 2, "ttfa_p50_ms": 600.0, "ttfa_max_ms": 700.0}]
+    assert ttfa_by_in_flight([], extra) == []
 
 
 class PacedSpeech:

@@ -159,6 +159,39 @@ def test_a_first_window_is_decoded_before_the_backlog_of_streams_with_audio_to_p
     assert stage.order[:6] == [3, 2, 1, 1, 1, 1], stage.order
 
 
+class SlowStage(CodecStage):
+    """Each batch's decode takes at least DECODE_S longer."""
+
+    def decode_jobs(self, jobs):
+        time.sleep(SlowStage.DECODE_S)
+        return super().decode_jobs(jobs)
+
+    DECODE_S = 0.2
+
+
+def test_each_streams_wait_for_its_first_chunk_is_told_once_from_its_first_cut():
+    """The server's higgs_serve_first_decode_seconds: from the first window's cut to its chunk, one a stream.
+    The second stream's first window is cut while the first stream's batch decodes, so it waits for that
+    batch and its own."""
+    stage, waits = SlowStage(fixture_codec(), 1, 8), []
+    stage.on_first_chunk = waits.append
+
+    async def run():
+        first, second = stage.open(SMALL), stage.open(SMALL)
+        await first.push(codes_of(26, 1))  # windows of 12 and 18 frames: its second is cut with its first
+        await asyncio.sleep(0.05)  # the first window's batch decoding
+        await second.push(codes_of(12, 2))
+        for stream in (first, second):
+            await stream.finish()
+        return [await _gather(s) for s in (first, second)]
+
+    chunks = asyncio.run(run())
+    assert all(len(c) >= 2 for c in chunks)  # later chunks tell nothing
+    assert len(waits) == 2
+    assert SlowStage.DECODE_S <= waits[0] < 3 * SlowStage.DECODE_S
+    assert waits[1] > 1.25 * SlowStage.DECODE_S  # behind the rest of the first window's batch, then its own
+
+
 def test_the_codec_batch_setting_changes_the_batching():
     clips = [codes_of(30, seed) for seed in range(4)]
     one, four = CodecStage(fixture_codec(), 1, 2), CodecStage(fixture_codec(), 4, 2)

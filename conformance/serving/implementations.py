@@ -198,7 +198,8 @@ REFERENCE = Implementation(
     metrics=Metrics(
         names=("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
                "higgs_serve_requests_running", "higgs_serve_requests_waiting", "higgs_serve_requests_aborted_total",
-               "higgs_serve_talker_slots_in_use", "higgs_serve_ttfa_seconds_count", "higgs_serve_sends_waiting"),
+               "higgs_serve_talker_slots_in_use", "higgs_serve_ttfa_seconds_count",
+               "higgs_serve_first_decode_seconds_count", "higgs_serve_sends_waiting"),
         aborted=lambda v: series(v, "higgs_serve_requests_aborted_total"),
         in_flight=("higgs_serve_requests_running", "higgs_serve_requests_waiting"),
         idle=("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",

@@ -38,6 +38,8 @@ where unset: full float32, reference/codec/model.py).
   nothing reaches a closed stream. A failed decode fails every chunk of its batch with
   CodecStageError, which their consumers raise; the worker goes on with the rest.
 - `record`: decodes per batch size, the most chunks in flight of any stream, the chunks dropped.
+  `on_first_chunk`, where set, is called with each stream's wait for its first chunk: from its first
+  window's cut to the chunk's delivery (the server's higgs_serve_first_decode_seconds).
 - `warm()`: a window of each length a stream's cuts take, decoded once before the first stream (a
   server at its start), so no request pays the decoder's first-use costs (kernel loading, the
   allocator's first blocks); nothing is delivered or recorded. On CUDA it then captures those
@@ -48,7 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import torch
 
@@ -87,6 +89,7 @@ class CodecStage:
         self.max_batch_size = _setting(BATCH_SETTING, max_batch_size)
         self.max_inflight_chunks = _setting(INFLIGHT_SETTING, max_inflight_chunks)
         self.record = StageRecord()
+        self.on_first_chunk: Callable[[float], None] | None = None  # each stream's first window: cut -> delivered, s
         self.graphs: DecodeGraphs | None = None  # captured by warm() on CUDA
         self.carried_graphs: CarriedGraphs | None = None  # likewise, where streams carry their state
         self._pending: list[Job] = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -50,6 +50,7 @@ class Stage(Protocol):
     codec: Codec
     max_inflight_chunks: int
     record: StageRecord
+    on_first_chunk: Callable[[float], None] | None
 
     def _submit(self, job: Job) -> None: ...
 
@@ -69,6 +70,7 @@ class StageStream:
         self._out: asyncio.Queue = asyncio.Queue()  # futures of the chunks in order, then _END or an error
         self.inflight = 0  # chunks submitted and not yet delivered
         self.closed = False
+        self.first_cut: float | None = None  # when its first window went to the stage (time.monotonic)
         self.started: float | None = None  # when its first chunk was delivered (time.monotonic)
         self.delivered_s = 0.0  # audio seconds delivered
 
@@ -108,6 +110,7 @@ class StageStream:
             self.stage.record.most_inflight = max(self.stage.record.most_inflight, self.inflight)
             future = asyncio.get_running_loop().create_future()
             self._out.put_nowait(future)
+            self.first_cut = self.first_cut or time.monotonic()
             if self.carried is None:
                 self.stage._submit(Job(self, self.cutter.cut(), future))
             else:
@@ -128,7 +131,10 @@ class StageStream:
         finally:
             self.inflight -= 1
             self._room.release()
-        self.started = self.started or time.monotonic()
+        if self.started is None:
+            self.started = time.monotonic()
+            if self.stage.on_first_chunk is not None:
+                self.stage.on_first_chunk(self.started - self.first_cut)
         self.delivered_s += len(chunk) / self.stage.codec.cfg.sample_rate
         return chunk
 

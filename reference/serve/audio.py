@@ -72,6 +72,7 @@ class Speaker:
 
     def __post_init__(self):
         self.metrics.show_pace(self.pace)
+        self.api.stage.on_first_chunk = self.metrics.first_decode.observe
 
     async def whole(self, request: SpeechRequest, request_id: str, ticket: Ticket | None = None) -> torch.Tensor:
         """Every row, then the offline decode of all frames. [T * 960] float"""

@@ -9,6 +9,8 @@ vLLM's (process-wide registry: `vllm:num_requests_running`, `vllm:num_requests_w
 - higgs_serve_talker_slots_in_use     requests whose talker state the workers hold (asked at scrape
                                       time: the workers' `talker_open_requests`)
 - higgs_serve_ttfa_seconds            request received -> first PCM chunk ready (streamed requests)
+- higgs_serve_first_decode_seconds    the code2wav stage's share of it: the first window cut (the
+                                      talker made its frames) -> its PCM chunk ready
 - higgs_serve_queue_depth             requests waiting for a talker slot (reference/serve/admission.py)
 - higgs_serve_rejected_total{limit}   requests turned away with 503 by the serving limit they met
                                       (max_waiting_requests, max_queue_wait_s, min_realtime_factor)
@@ -42,6 +44,8 @@ class ServeMetrics:
                            registry=r)
         self.ttfa = Histogram("higgs_serve_ttfa_seconds", "request received -> first PCM chunk ready",
                               buckets=TTFA_BUCKETS, registry=r)
+        self.first_decode = Histogram("higgs_serve_first_decode_seconds", "first window cut -> its PCM chunk ready",
+                                      buckets=TTFA_BUCKETS, registry=r)
         self.queue_depth = Gauge("higgs_serve_queue_depth", "requests waiting for a talker slot", registry=r)
         self.rejected = Counter("higgs_serve_rejected", "requests turned away (503) by a serving limit", ["limit"],
                                 registry=r)
