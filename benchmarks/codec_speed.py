@@ -9,8 +9,9 @@ frames (45: 10 + 25 + 10); carried (`path` carried, reference/codec/carried.py) 
 frames, every layer's state kept from the chunk before. Per batch size B this times the stage's own
 decode (CodecStage.decode_windows, warmed as a server warms it; carried: `advance` on B streams
 past their first chunks, and each chunk taken), on the stage's device, float32 as the stage loads
-it, the chunks copied to the host, after warm-up decodes, `--repeats` times, and reports the median
-and range in ms, the ms per new frame (the decode's cost per frame of audio it emits), and the
+it, a batch's chunks copied to the host in one transfer as the stage's worker copies them, after
+warm-up decodes, `--repeats` times, and reports the median and
+range in ms, the ms per new frame (the decode's cost per frame of audio it emits), and the
 stage's capacity: B chunks of audio per decode, in audio seconds per second. On CUDA windows are
 timed twice: replaying the warm-up's CUDA graph (`path` graph) and eagerly; so are carried chunks
 (`carried graph`, reference/codec/carried_graphs.py, and `carried`). The
@@ -38,7 +39,7 @@ import torch
 
 from benchmarks.spread import spread
 from reference.codec.carried import CarriedDecoder, advance, stitched_carried
-from reference.codec.stage import CodecStage
+from reference.codec.stage import CodecStage, _to_host
 from reference.codec.streaming import Window, agreement, stitched_stream
 
 
@@ -46,34 +47,50 @@ def time_decodes(stage: CodecStage, windows: list[Window], repeats: int, warmup:
     """ms per `stage.decode_windows(windows)`, each waited for (its chunks copied to the host, as
     they leave the stage)."""
     for _ in range(warmup):
-        [chunk.cpu() for chunk in stage.decode_windows(windows)]
+        _to_host(stage.decode_windows(windows))
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
-        [chunk.cpu() for chunk in stage.decode_windows(windows)]
+        _to_host(stage.decode_windows(windows))
         samples.append(1000 * (time.perf_counter() - start))
     return samples
 
 
+class SteadyChunks:
+    """B carried streams of the stage's geometry past their first chunk: each `next()` pushes codes [B, 8, chunk]
+    into every stream (`advance`, as CodecStage.decode_carried), takes each stream's chunk and copies the batch to
+    the host as the stage's worker does (`_to_host`). The streams first decode their look-ahead, so every chunk is
+    a steady one. `close()` gives their slots back."""
+
+    def __init__(self, stage: CodecStage, codes: torch.Tensor, graphs=None) -> None:
+        g = stage.geometry
+        self.streams = [stage.carried_stream(g) for _ in codes]
+        if None in self.streams:
+            raise ValueError(f"{g}: the stage decodes this geometry's windows, not carried")
+        self.codes, self.chunk, self.graphs = codes, codes.shape[2], graphs
+        advance(self.streams, codes.new_zeros(len(codes), codes.shape[1], g.right_holdback_frames), last=False)
+        self.emitted = 0
+
+    def next(self) -> None:
+        advance(self.streams, self.codes, last=False, graphs=self.graphs)
+        _to_host([s.take(self.emitted, self.chunk) for s in self.streams])
+        self.emitted += self.chunk
+
+    def close(self) -> None:
+        for s in self.streams:
+            s.release()
+
+
 def time_carried(stage: CodecStage, codes: torch.Tensor, repeats: int, warmup: int = 3, graphs=None) -> list[float]:
-    """ms per steady carried chunk of B streams: codes [B, 8, chunk] pushed into each (`advance`,
-    as CodecStage.decode_carried) and each stream's chunk taken and copied to the host. The streams
-    first decode a window's worth of frames, so every timed chunk is a steady one."""
-    g, chunk = stage.geometry, codes.shape[2]
-    streams = [stage.carried_stream(g) for _ in codes]
-    if None in streams:
-        raise ValueError(f"{g}: the stage decodes this geometry's windows, not carried")
-    advance(streams, codes.new_zeros(len(codes), codes.shape[1], g.right_holdback_frames), last=False)  # look-ahead
-    emitted = 0
-    samples = []
-    for i in range(warmup + repeats):
-        start = time.perf_counter()
-        advance(streams, codes, last=False, graphs=graphs)
-        [s.take(emitted, chunk).cpu() for s in streams]
-        samples.append(1000 * (time.perf_counter() - start))
-        emitted += chunk
-    for s in streams:
-        s.release()
+    """ms per steady carried chunk of B streams (SteadyChunks.next), codes [B, 8, chunk]."""
+    load, samples = SteadyChunks(stage, codes, graphs), []
+    try:
+        for _ in range(warmup + repeats):
+            start = time.perf_counter()
+            load.next()
+            samples.append(1000 * (time.perf_counter() - start))
+    finally:
+        load.close()
     return samples[warmup:]
 
 

@@ -49,12 +49,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from benchmarks.codec_speed import SteadyChunks
 from higgs_dummy.checkpoint import checkpoint_config
 from higgs_dummy.codec_weights import codec_config, codec_state_dict
-from reference.codec.carried import advance
 from reference.codec.geometry import StreamGeometry
 from reference.codec.model import Codec
-from reference.codec.stage import CodecStage, _to_host
+from reference.codec.stage import CodecStage
 
 MODES = ("alone", "serial", "streams", "processes")
 TIMELINE_S = 0.4  # the window of each mode's run that its row keeps, and the plot draws
@@ -120,28 +120,11 @@ class Talker:
         _sync(self.device)
 
 
-class CodecLoad:
-    """B streams of steady carried chunks: `batch()` decodes the next chunk of each, as the stage's
-    worker does (one `advance`, each stream's chunk taken, the batch copied to the host)."""
-
-    def __init__(self, stage: CodecStage, batch: int) -> None:
-        g, books = stage.geometry, stage.codec.cfg.num_codebooks
-        self.stage, self.chunk = stage, g.chunk_frames
-        self.streams = [stage.carried_stream(g) for _ in range(batch)]
-        if None in self.streams:
-            raise ValueError(f"{g}: the stage decodes this geometry's windows, not carried")
-        self.codes = torch.randint(0, 1024, (batch, books, self.chunk), generator=torch.Generator().manual_seed(batch))
-        advance(self.streams, self.codes.new_zeros(batch, books, g.right_holdback_frames), last=False)
-        self.emitted = 0
-
-    def batch(self) -> None:
-        advance(self.streams, self.codes, last=False, graphs=self.stage.carried_graphs)
-        _to_host([s.take(self.emitted, self.chunk) for s in self.streams])
-        self.emitted += self.chunk
-
-    def close(self) -> None:
-        for s in self.streams:
-            s.release()
+def codec_load(stage: CodecStage, batch: int) -> SteadyChunks:
+    """B streams of steady carried chunks of random codes, from the stage's graphs where it captured them."""
+    shape = (batch, stage.codec.cfg.num_codebooks, stage.geometry.chunk_frames)
+    codes = torch.randint(0, 1024, shape, generator=torch.Generator().manual_seed(batch))
+    return SteadyChunks(stage, codes, stage.carried_graphs)
 
 
 Interval = tuple[float, float]  # (start, end) on time.perf_counter's clock, which every process here shares
@@ -165,23 +148,23 @@ def _loop(fn, seconds: float, samples: list[Interval] | None = None, counter=Non
     return samples
 
 
-def _paced_codec(codec: CodecLoad, steps, stop) -> list[Interval]:
+def _paced_codec(codec: SteadyChunks, steps, stop) -> list[Interval]:
     """The codec's batches as the talker's steps make them due (one every chunk_frames steps)."""
     samples = []
     while not stop():
         if len(samples) < steps() // codec.chunk:
-            samples.append(_timed(codec.batch))
+            samples.append(_timed(codec.next))
         else:
             time.sleep(0.0002)
     return samples
 
 
-def serial(talker: Talker, codec: CodecLoad, seconds: float) -> tuple[list[Interval], list[Interval]]:
+def serial(talker: Talker, codec: SteadyChunks, seconds: float) -> tuple[list[Interval], list[Interval]]:
     steps, batches, end = [], [], time.perf_counter() + seconds
     while time.perf_counter() < end:
         steps.append(_timed(talker.step))
         if len(steps) % codec.chunk == 0:
-            batches.append(_timed(codec.batch))
+            batches.append(_timed(codec.next))
     return steps, batches
 
 
@@ -192,7 +175,7 @@ def _on_stream(device: torch.device, priority: int = 0):
     return torch.cuda.stream(torch.cuda.Stream(device, priority=priority))
 
 
-def streams(talker: Talker, codec: CodecLoad, seconds: float,
+def streams(talker: Talker, codec: SteadyChunks, seconds: float,
             talker_first: bool = False) -> tuple[list[Interval], list[Interval]]:
     steps: list[Interval] = []
     batches: list[Interval] = []
@@ -222,7 +205,7 @@ def _talker_process(size: str, batch: int, context: int, device: str, seconds: f
     out.put(_loop(talker.step, seconds, counter=counter))
 
 
-def processes(args, batch: int, codec: CodecLoad) -> tuple[list[Interval], list[Interval]]:
+def processes(args, batch: int, codec: SteadyChunks) -> tuple[list[Interval], list[Interval]]:
     ctx = multiprocessing.get_context("spawn")
     counter, ready, go, out = ctx.Value("q", 0, lock=False), ctx.Event(), ctx.Event(), ctx.Queue()
     child = ctx.Process(target=_talker_process,
@@ -340,8 +323,8 @@ def measure(args) -> list[dict]:
     stage.warm()
     rows = []
     for batch in args.batches:
-        codec = CodecLoad(stage, batch)
-        codec.batch()
+        codec = codec_load(stage, batch)
+        codec.next()
         talker = Talker(args.size, batch, args.context, device) if set(args.modes) - {"processes"} else None
         alone = None
         try:
@@ -349,7 +332,7 @@ def measure(args) -> list[dict]:
                 if mode == "alone":
                     steps = _loop(talker.step, args.seconds)
                     alone = statistics.median(_ms(steps))
-                    rows.append(summary(mode, batch, args.seconds, steps, _loop(codec.batch, args.seconds),
+                    rows.append(summary(mode, batch, args.seconds, steps, _loop(codec.next, args.seconds),
                                         codec.chunk, alone))
                 else:
                     if mode == "processes":

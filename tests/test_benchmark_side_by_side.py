@@ -21,10 +21,10 @@ SMALL = StreamGeometry(first_chunk_frames=2, chunk_frames=6, left_context_frames
 CPU = torch.device("cpu")
 
 
-def codec_load(batch: int) -> side_by_side.CodecLoad:
-    stage = CodecStage(fixture_codec(), batch, 2, SMALL)
+def codec_load(batch: int, stage: CodecStage | None = None):
+    stage = stage or CodecStage(fixture_codec(), batch, 2, SMALL)
     stage.warm()
-    return side_by_side.CodecLoad(stage, batch)
+    return side_by_side.codec_load(stage, batch)
 
 
 def test_the_default_geometry_is_many_streams_v2s():
@@ -33,13 +33,14 @@ def test_the_default_geometry_is_many_streams_v2s():
 
 
 def test_each_codec_batch_is_every_streams_next_chunk_of_new_frames():
-    load = codec_load(3)
+    stage = CodecStage(fixture_codec(), 3, 2, SMALL)
+    load = codec_load(3, stage)
     with one_torch_thread():
         for _ in range(4):
-            load.batch()
+            load.next()
     assert load.emitted == 4 * 6 and all(s.pushed == SMALL.right_holdback_frames + 4 * 6 for s in load.streams)
     load.close()
-    assert load.stage.carried_slots_in_use == 0
+    assert stage.carried_slots_in_use == 0
 
 
 def test_taking_turns_decodes_one_batch_after_every_chunks_worth_of_steps():
