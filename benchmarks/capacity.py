@@ -37,9 +37,13 @@ The figure is that largest pass: 0 when every level tried failed, "at least" whe
 level starts that would end past `--budget-s` (3600) from the warm-up on (each level taken to last
 as long as the longest so far): the figure is then the bracket so far, marked unfinished.
 
+Each level also groups its answers' TTFA by the requests in flight as each was sent, and, from a server
+that counts them on /metrics (ours: higgs_serve_ttfa_seconds, higgs_serve_first_decode_seconds), its own
+mean TTFA over the level and the code2wav stage's part of it.
+
 Writes OUT/capacity.json (settings, target, versions, host, date, the criteria, every level's
-figures, the streams measured in flight, mean and peak over its counted streams' span, and its
-records without their chunks; the figure) and OUT/capacity.png (TTFA p99 and the share of streams
+figures, the streams measured in flight, mean and peak over its counted streams' span, the TTFA by
+load and the server's split, and its records without their chunks; the figure) and OUT/capacity.png (TTFA p99 and the share of streams
 stalled or failed against streams); one line per level on stdout, then the figure. Exit status 0
 when the search ran (whatever its figure), 1 when there was no server or the warm-up had no answer.
 """
@@ -54,11 +58,14 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 
 from benchmarks import served
+from reference.serve.metrics import parse_metrics
 
 FAILED_PAUSE_S = 0.5  # so that a server refusing at once is not asked again at once
+SERVER_TTFA, SERVER_FIRST_DECODE = "higgs_serve_ttfa_seconds", "higgs_serve_first_decode_seconds"
 
 
 def played_out_s(record: dict) -> float:
@@ -129,6 +136,29 @@ def ttfa_by_in_flight(counted: list[dict], extra: list[dict], width: int = 10) -
             groups.setdefault(load // width, []).append(1000 * r["ttfa_s"])
     return [{"in_flight": [g * width, (g + 1) * width - 1], "requests": len(ttfa),
              "ttfa_p50_ms": float(np.median(ttfa)), "ttfa_max_ms": max(ttfa)} for g, ttfa in sorted(groups.items())]
+
+
+async def scrape(speech: served.Speech) -> dict[str, float]:
+    """The server's /metrics, parsed; {} where it has none."""
+    try:
+        response = await speech.client.get(f"{speech.url}/metrics")
+    except httpx.HTTPError:
+        return {}
+    return parse_metrics(response.text) if response.status_code == 200 else {}
+
+
+def server_split(before: dict[str, float], after: dict[str, float]) -> dict | None:
+    """What the server counted between two scrapes: its answers, their mean TTFA and of it the code2wav
+    stage's mean part (the first window cut to its chunk ready), in ms; None where it counts no TTFA."""
+    def mean_ms(name: str) -> tuple[int, float | None]:
+        count = after.get(f"{name}_count", 0.0) - before.get(f"{name}_count", 0.0)
+        total = after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)
+        return int(count), (1000 * total / count if count > 0 else None)
+
+    answers, ttfa = mean_ms(SERVER_TTFA)
+    if ttfa is None:
+        return None
+    return {"answers": answers, "ttfa_mean_ms": ttfa, "first_decode_mean_ms": mean_ms(SERVER_FIRST_DECODE)[1]}
 
 
 def played_through(records: list[dict]) -> float | None:
@@ -213,6 +243,7 @@ async def run(args, url: str, model: str, results: dict) -> bool:
 
         async def measure(streams: int) -> dict:
             extra: list[dict] = []
+            before = await scrape(speech)
             level = await served.timed_level(
                 "steady", streams, streams * args.rounds,
                 functools.partial(steady_loop, speech, streams, args.rounds, ramp_s, args.seed, extra,
@@ -220,6 +251,7 @@ async def run(args, url: str, model: str, results: dict) -> bool:
                 args.level_timeout, target_s)
             level.update(in_flight=in_flight(level["records"], extra), played_through=played_through(level["records"]),
                          ttfa_by_in_flight=ttfa_by_in_flight(level["records"], extra),
+                         server=server_split(before, await scrape(speech)),
                          uncounted={"requests": len(extra), "failed": sum(not r["ok"] for r in extra)})
             level["failing"] = verdict(level, args.stall_free, args.ttfa_p99_ms)
             level["passed"] = not level["failing"]
@@ -244,6 +276,11 @@ def describe(level: dict) -> str:
     mean = "-" if streams["mean"] is None else f"{streams['mean']:.1f}"
     by_load = "; ".join(f"{g['in_flight'][0]}-{g['in_flight'][1]}: {g['ttfa_p50_ms']:.0f} ms ({g['requests']})"
                         for g in level["ttfa_by_in_flight"])
+    server = level["server"]
+    if server is not None:
+        stage = server["first_decode_mean_ms"]
+        by_load += (f"\n  the server's mean TTFA over {server['answers']} answers: {server['ttfa_mean_ms']:.0f} ms, of it "
+                    + ("-" if stage is None else f"{stage:.0f} ms") + " in the code2wav stage (first window cut -> chunk)")
     return (served.describe(level) + f"; in flight {mean} (peak {streams['peak']}); played through {share}: "
             + ("PASS" if level["passed"] else "FAIL (" + "; ".join(level["failing"]) + ")")
             + f"\n  TTFA p50 by requests in flight at the send (answers): {by_load or '-'}")

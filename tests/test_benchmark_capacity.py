@@ -15,7 +15,7 @@ import time
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
 from benchmarks import capacity
@@ -217,7 +217,7 @@ def test_a_listeners_audio_plays_out_after_its_first_audio_its_length_and_its_st
 
 # --- whole searches against a fake server -------------------------------------------------------
 
-FAKE = {"limit": 3, "past": "stall", "in_flight": 0, "most": 0}  # what the fake does past its limit
+FAKE = {"limit": 3, "past": "stall", "in_flight": 0, "most": 0, "answers": 0}  # what the fake does past its limit
 
 
 async def speech(request: Request):
@@ -233,6 +233,7 @@ async def speech(request: Request):
             # 0.6 s of audio: 0.3 s at once, then 0.1 s every 0.1 s (0.3 s ahead of playback); stalling,
             # 0.1 s at once, then 0.1 s every 0.3 s (each 0.2 s late)
             lead, gap = (0.1, 0.3) if crowded and FAKE["past"] == "stall" else (0.3, 0.1)
+            FAKE["answers"] += 1
             yield b"\x01\x00" * round(lead * BYTES_PER_S / 2)
             for _ in range(3):
                 await asyncio.sleep(gap)
@@ -247,7 +248,16 @@ async def models(request: Request):
     return JSONResponse({"object": "list", "data": [{"id": "fake-tts", "object": "model"}]})
 
 
-APP = Starlette(routes=[Route("/v1/audio/speech", speech, methods=["POST"]), Route("/v1/models", models)])
+async def metrics(request: Request):
+    """As ours counts them: each answer's TTFA 4 ms, 1 ms of it in the code2wav stage."""
+    n = FAKE["answers"]
+    return PlainTextResponse(f"higgs_serve_ttfa_seconds_count {n}\nhiggs_serve_ttfa_seconds_sum {0.004 * n}\n"
+                             f"higgs_serve_first_decode_seconds_count {n}\nhiggs_serve_first_decode_seconds_sum "
+                             f"{0.001 * n}\n")
+
+
+APP = Starlette(routes=[Route("/v1/audio/speech", speech, methods=["POST"]), Route("/v1/models", models),
+                        Route("/metrics", metrics)])
 RESOLUTION = 2
 
 
@@ -316,6 +326,17 @@ def test_listeners_hold_fewer_requests_than_there_are_of_them_through_http(tmp_p
     assert [level["load"] for level in results["levels"]] == [4, 8]
     for level in results["levels"]:
         assert level["passed"] and level["in_flight"]["mean"] < 0.8 * level["load"]
+        answers = level["requests"] + level["uncounted"]["requests"]  # all answered: none failed
+        assert level["server"] == {"answers": answers, "ttfa_mean_ms": pytest.approx(4.0),
+                                   "first_decode_mean_ms": pytest.approx(1.0)}
+
+
+def test_the_servers_split_is_the_difference_of_its_counts_and_none_where_it_counts_no_ttfa():
+    before = {"higgs_serve_ttfa_seconds_count": 10, "higgs_serve_ttfa_seconds_sum": 2.0}
+    after = {"higgs_serve_ttfa_seconds_count": 14, "higgs_serve_ttfa_seconds_sum": 3.0}
+    assert capacity.server_split(before, after) == {"answers": 4, "ttfa_mean_ms": pytest.approx(250.0),
+                                                    "first_decode_mean_ms": None}  # a server without the stage's
+    assert capacity.server_split({}, {}) is None and capacity.server_split(after, after) is None
 
 
 def test_the_arguments_are_checked(capsys):
