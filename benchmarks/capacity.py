@@ -62,7 +62,7 @@ import httpx
 import numpy as np
 
 from benchmarks import served
-from reference.serve.metrics import parse_metrics
+from reference.serve.metrics import metric, parse_metrics
 
 FAILED_PAUSE_S = 0.5  # so that a server refusing at once is not asked again at once
 SERVER_TTFA, SERVER_FIRST_DECODE = "higgs_serve_ttfa_seconds", "higgs_serve_first_decode_seconds"
@@ -108,32 +108,40 @@ async def steady_loop(speech: served.Speech, streams: int, rounds: int, ramp_s: 
             group.create_task(client(start))
 
 
+def _spans(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's send and end (s from the level's start)."""
+    sent = np.array([r["sent_s"] for r in records])
+    return sent, sent + np.array([r["total_s"] for r in records])
+
+
+def _in_flight_at(sent: np.ndarray, ends: np.ndarray, instants: np.ndarray) -> np.ndarray:
+    """How many of the requests (sent, ends) were in flight at each instant (one sent then included)."""
+    return ((sent[None, :] <= instants[:, None]) & (ends[None, :] > instants[:, None])).sum(axis=1)
+
+
 def in_flight(counted: list[dict], extra: list[dict]) -> dict:
     """Requests in flight over the counted ones' span (first send to last end): the mean over time
     and the peak."""
     if not counted:
         return {"mean": None, "peak": None}
-    every = counted + extra
-    sent = np.array([r["sent_s"] for r in every])
-    ends = sent + np.array([r["total_s"] for r in every])
+    sent, ends = _spans(counted + extra)
     begin, end = min(r["sent_s"] for r in counted), max(r["sent_s"] + r["total_s"] for r in counted)
     overlap = np.clip(np.minimum(ends, end) - np.maximum(sent, begin), 0.0, None).sum()
     instants = np.concatenate([[begin], sent[(sent > begin) & (sent < end)]])  # the count rises only at a send
-    counts = ((sent[None, :] <= instants[:, None]) & (ends[None, :] > instants[:, None])).sum(axis=1)
+    counts = _in_flight_at(sent, ends, instants)
     return {"mean": float(overlap / (end - begin)) if end > begin else None, "peak": int(counts.max())}
 
 
 def ttfa_by_in_flight(counted: list[dict], extra: list[dict], width: int = 10) -> list[dict]:
     """The counted answers' TTFA grouped by the requests in flight as each was sent (itself included; the
     uncounted ones too), `width` a group: where the first audio waits on the load, it grows group by group."""
-    every = counted + extra
-    sent = np.array([r["sent_s"] for r in every])
-    ends = sent + np.array([r["total_s"] for r in every])
+    answered = [r for r in counted if r["ok"]]
+    if not answered:
+        return []
+    loads = _in_flight_at(*_spans(counted + extra), np.array([r["sent_s"] for r in answered]))
     groups: dict[int, list[float]] = {}
-    for r in counted:
-        if r["ok"]:
-            load = int(((sent <= r["sent_s"]) & (ends > r["sent_s"])).sum())
-            groups.setdefault(load // width, []).append(1000 * r["ttfa_s"])
+    for r, load in zip(answered, loads.tolist()):
+        groups.setdefault(load // width, []).append(1000 * r["ttfa_s"])
     return [{"in_flight": [g * width, (g + 1) * width - 1], "requests": len(ttfa),
              "ttfa_p50_ms": float(np.median(ttfa)), "ttfa_max_ms": max(ttfa)} for g, ttfa in sorted(groups.items())]
 
@@ -151,8 +159,8 @@ def server_split(before: dict[str, float], after: dict[str, float]) -> dict | No
     """What the server counted between two scrapes: its answers, their mean TTFA and of it the code2wav
     stage's mean part (the first window cut to its chunk ready), in ms; None where it counts no TTFA."""
     def mean_ms(name: str) -> tuple[int, float | None]:
-        count = after.get(f"{name}_count", 0.0) - before.get(f"{name}_count", 0.0)
-        total = after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)
+        count = metric(after, f"{name}_count") - metric(before, f"{name}_count")
+        total = metric(after, f"{name}_sum") - metric(before, f"{name}_sum")
         return int(count), (1000 * total / count if count > 0 else None)
 
     answers, ttfa = mean_ms(SERVER_TTFA)
