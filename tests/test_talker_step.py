@@ -121,12 +121,12 @@ def _mixed_batch(batch: int, device: str, seed: int) -> tuple:
 
 def test_step_graphs_need_a_cuda_device():
     with pytest.raises(ValueError, match="StepGraphs: CUDA graphs need a CUDA device, got cpu"):
-        StepGraphs(8, "cpu")
+        StepGraphs(talker_step, 8, "cpu")
 
 
 @pytest.mark.gpu
 def test_on_cuda_the_replayed_step_draws_what_the_eager_step_draws():
-    graphs = StepGraphs(16, "cuda")
+    graphs = StepGraphs(talker_step, 16, "cuda")
     for batch in (1, 3, 8, 13, 16, 17):  # 3 and 13 replay a padded bucket; 17 is past the largest
         inputs = _mixed_batch(batch, "cuda", seed=batch)
         codes, done = graphs(*inputs)

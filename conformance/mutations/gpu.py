@@ -2,8 +2,8 @@
 
     python -m conformance.mutations.gpu [--baseline] [--list] [--jobs N] [INDEX ...]
 
-The V2 route (reference/talker/runner_v2.py, and the parts of reference/talker/model.py only CUDA graphs
-exercise) runs nowhere but on a GPU, so its mutations live here rather than in
+The V2 route (reference/talker/runner_v2.py and slots.py, and the parts of reference/talker/model.py only
+CUDA graphs exercise) runs nowhere but on a GPU, so its mutations live here rather than in
 conformance/mutations/talker.py (CPU). Each one copies the tree, plants one defect and runs the V2
 selection meant to catch it; RED means caught. The engines of different mutations share the GPU
 (conformance/engines.py fixes their KV cache size), so `--jobs 3` runs three at once.
@@ -21,30 +21,30 @@ from conformance.mutations.deploy import boot_case
 from conformance.mutations.talker import LOCAL_SHARD_AUDIO_HEAD, LOCAL_SHARD_EDIT, streams, tensor_parallel
 from conformance.mutations.run import Mutation, main, mutations_from_table
 
-V2, TM = "reference/talker/runner_v2.py", "reference/talker/model.py"
+V2, SL, TM = "reference/talker/runner_v2.py", "reference/talker/slots.py", "reference/talker/model.py"
 LA, WK = "reference/deploy/launch.py", "reference/talker/worker.py"
 
 
 # (name, file, old text, new text, pytest arguments that must fail)
 MUTATIONS: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("V2 model state feeds each token the row one position early", V2,
-     "buffer[:n] = self.codes[slot, input_batch.positions[:n]].long()",
-     "buffer[:n] = self.codes[slot, input_batch.positions[:n] - 1].long()", streams("one_zero_shot", "v2-eager")),
-    ("V2 sampler gives the contract step the wrong previous row (ramp-down state)", V2,
-     "state.codes[slot, pos].long(),  # the input token's row",
-     "state.codes[slot, pos - 1].long(),  # the input token's row", streams("one_zero_shot", "v2-graphs")),
-    ("V2 sampler writes rows for partial prefill chunks", V2,
-     "keep = (num_sampled > 0)[:, None]",
-     "keep = (num_sampled >= 0)[:, None]", streams("long_prompt_chunked", "v2-eager")),
+     "buffer[:n] = self.slots.codes[slot, input_batch.positions[:n]].long()",
+     "buffer[:n] = self.slots.codes[slot, input_batch.positions[:n] - 1].long()", streams("one_zero_shot", "v2-eager")),
+    ("V2 sampler gives the contract step the wrong previous row (ramp-down state)", SL,
+     "self.codes[slot, pos].long(),  # the input token's row",
+     "self.codes[slot, pos - 1].long(),  # the input token's row", streams("one_zero_shot", "v2-graphs")),
+    ("V2 sampler writes rows for partial prefill chunks", SL,
+     "written = torch.where(num_sampled > 0, pos + 1, self.discard)",
+     "written = pos + 1", streams("long_prompt_chunked", "v2-eager")),
     ("V2 preemption loses the generated rows (parks an empty slot)", V2,
-     "self.parked[req_id] = self.codes[slot].clone()",
-     "self.parked[req_id] = torch.full_like(self.codes[slot], -1)", streams("preempted_and_resumed", "v2-eager")),
+     "self.parked[req_id] = self.slots.codes[slot].clone()",
+     "self.parked[req_id] = torch.full_like(self.slots.codes[slot], -1)", streams("preempted_and_resumed", "v2-eager")),
     ("V2 reference rows placed one position late", V2,
-     "self.codes[req_index, slots.start : slots.stop] = torch.tensor(",
-     "self.codes[req_index, slots.start + 1 : slots.stop + 1] = torch.tensor(", streams("one_voice_clone", "v2-eager")),
+     "self.slots.codes[req_index, slots.start : slots.stop] = torch.tensor(",
+     "self.slots.codes[req_index, slots.start + 1 : slots.stop + 1] = torch.tensor(", streams("one_voice_clone", "v2-eager")),
     ("V2 per-request seed ignored", V2,
-     "self.seed[req_index] = seed",
-     "self.seed[req_index] = 0",
+     "self.slots.seed[req_index] = seed",
+     "self.slots.seed[req_index] = 0",
      ("conformance/talker/test_seeded_sampling.py", "-k", "seeded_request and v2")),
     ("body input freshly allocated (piecewise CUDA graphs read the captured address)", TM,
      "inputs_embeds = self.inputs_embeds[:num_tokens]\n            inputs_embeds.copy_(mixed)",

@@ -84,15 +84,28 @@ def request_seed(params: SamplingParams, rng) -> int:
     return int(seed) if seed is not None else int(rng.integers(0, 2**31))
 
 
+def token_ids(lm_tokens: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """The 9 ids of each step: the LM token and the 8 codes as channel ids. [B], [B, 8] -> [B, 9] int32"""
+    offsets = CODE_ID_OFFSET + torch.arange(NUM_CODEBOOKS, device=codes.device) * CODEBOOK_VOCAB
+    return torch.cat([lm_tokens[:, None], codes + offsets], dim=1).to(torch.int32)
+
+
+class Carrier:
+    """Logprobs tensors around a step's ids. Their values carry nothing, so one pair of zero tensors
+    of up to `max_rows` rows serves every step (nothing writes into a sampler's output)."""
+
+    def __init__(self, max_rows: int, device) -> None:
+        self.logprobs = torch.zeros(max_rows, NUM_CODEBOOKS + 1, dtype=torch.float32, device=device)
+        self.ranks = torch.zeros(max_rows, dtype=torch.int32, device=device)
+
+    def __call__(self, ids: torch.Tensor):
+        rows = ids.shape[0]
+        return compat.logprobs_tensors(token_ids=ids, logprobs=self.logprobs[:rows], ranks=self.ranks[:rows])
+
+
 def encode(lm_tokens: torch.Tensor, codes: torch.Tensor):
     """Logprobs tensors carrying [LM token, 8 codes] per row. [B], [B, 8] -> LogprobsTensors"""
-    offsets = CODE_ID_OFFSET + torch.arange(NUM_CODEBOOKS, device=codes.device) * CODEBOOK_VOCAB
-    ids = torch.cat([lm_tokens[:, None], codes + offsets], dim=1).to(torch.int32)  # [B, 9]
-    return compat.logprobs_tensors(
-        token_ids=ids,
-        logprobs=torch.zeros(ids.shape, dtype=torch.float32, device=ids.device),
-        ranks=torch.zeros(ids.shape[0], dtype=torch.int32, device=ids.device),
-    )
+    return Carrier(lm_tokens.shape[0], codes.device)(token_ids(lm_tokens, codes))
 
 
 def decode(logprobs) -> list[tuple[int, list[int]]]:

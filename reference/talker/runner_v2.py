@@ -1,16 +1,13 @@
 """The talker under Model Runner V2: the model's own ModelState and sampler.
 
-Everything the decode path touches lives on the device, in per-slot buffers, and is read and
-written with tensor indexing only (no host synchronisation), so it is correct under async
-scheduling and inside CUDA graphs:
-- `codes` [max_num_reqs, max_model_len + 1, 8]: the codebook row embedded at each position of a
-  request (-1 for text), i.e. the voice-clone reference rows at their slots and every
-  generated row at the position of its `<|audio|>` token;
-- per-slot sampling parameters (temperature, top-k, top-p, seed).
-`prepare_inputs` gathers each input token's row into the model's `token_codes` buffer (which the
-forward, and a captured graph, read); the sampler runs reference/talker/step.py on the audio
-logits (replayed from CUDA graphs, reference/talker/step_graphs.py, under the switch
-sampler_cudagraphs) and scatters the new row to the position of the token it samples.
+Everything the decode path touches lives on the device, in the per-slot buffers of
+reference/talker/slots.py (the codebook row of every position of a request, the sampling
+parameters), read and written with tensor indexing only, so it is correct under async
+scheduling and inside CUDA graphs. `prepare_inputs` gathers each input token's row into the
+model's `token_codes` buffer (which the forward, and a captured graph, read); the sampler runs
+`TalkerSlots.sample` on the audio logits (replayed from CUDA graphs,
+reference/talker/step_graphs.py, under the switch sampler_cudagraphs), which samples the codes
+and writes the new row to the position of the token it samples.
 
 Preemption: MRV2 removes a preempted request (with no sign of why) and adds it back later,
 maybe in another slot, with prompt + outputs to re-prefill. `remove_request` therefore parks
@@ -32,8 +29,7 @@ from reference import compat
 from reference.talker import code_channel
 from reference.talker.options import options_from_hf_config
 from reference.talker.prompts import reference_slots
-from reference.codebooks import NUM_CODEBOOKS
-from reference.talker.step import talker_step
+from reference.talker.slots import TalkerSlots
 from reference.talker.step_graphs import StepGraphs
 
 PARKED_LIMIT_PER_SLOT = 4
@@ -48,20 +44,16 @@ class TalkerModelState(DefaultModelState):
                 "Model Runner V2 runs the talker only with device_talker_state and model_sampler on "
                 f"(got {options.to_dict()}): use the V1 opt-out profile for host-side talker state"
             )
-        max_len = vllm_config.model_config.max_model_len + 1  # + the position after the last
         slots = self.max_num_reqs
-        self.codes = torch.full((slots, max_len, NUM_CODEBOOKS), -1, dtype=torch.int16, device=device)
-        self.temperature = torch.zeros(slots, dtype=torch.float32, device=device)
-        self.top_k = torch.zeros(slots, dtype=torch.int64, device=device)
-        self.top_p = torch.ones(slots, dtype=torch.float32, device=device)
-        self.seed = torch.zeros(slots, dtype=torch.int64, device=device)
+        self.slots = TalkerSlots(slots, vllm_config.model_config.max_model_len, model.lm_ids, device)
+        self.carrier = code_channel.Carrier(slots, device)
         self.slot_of: dict[str, int] = {}
         self.parked: OrderedDict[str, torch.Tensor] = OrderedDict()
         self.parked_limit = PARKED_LIMIT_PER_SLOT * slots
         self.rng = np.random.default_rng(vllm_config.model_config.seed)
         graphs = sampler_graphs_wanted(options, vllm_config.model_config.enforce_eager, device)
-        self.step_graphs = StepGraphs(slots, device) if graphs else None
-        self.sample_step = self.step_graphs or talker_step
+        self.step_graphs = StepGraphs(self.slots.sample, slots, device) if graphs else None
+        self.sample_step = self.step_graphs or self.slots.sample
 
     # -- request lifecycle (host side, once per request; never on the decode path) -------------
     def add_request(self, req_index: int, new_req_data) -> None:
@@ -71,30 +63,30 @@ class TalkerModelState(DefaultModelState):
         self.slot_of[req_id] = req_index
         parked = self.parked.pop(req_id, None)
         if parked is not None:  # resumed after preemption: the generated rows come back
-            self.codes[req_index].copy_(parked)
+            self.slots.codes[req_index].copy_(parked)
         else:
-            self.codes[req_index].fill_(-1)
+            self.slots.codes[req_index].fill_(-1)
             ref_start, rows = code_channel.reference_rows(params) if params is not None else (None, [])
             if rows:
                 slots = reference_slots(len(prompt), ref_start, len(rows))
-                self.codes[req_index, slots.start : slots.stop] = torch.tensor(
-                    rows, dtype=torch.int16, device=self.codes.device
+                self.slots.codes[req_index, slots.start : slots.stop] = torch.tensor(
+                    rows, dtype=torch.int16, device=self.slots.codes.device
                 )
             elif len(new_req_data.prefill_token_ids or prompt) > len(prompt):
                 raise RuntimeError(f"request {req_id} resumed with outputs but its code rows were never parked")
         if params is not None:
             seed = code_channel.request_seed(params, self.rng)
-            self.temperature[req_index] = params.temperature
-            self.top_k[req_index] = params.top_k if params.top_k and params.top_k > 0 else 0
-            self.top_p[req_index] = params.top_p
-            self.seed[req_index] = seed
+            self.slots.temperature[req_index] = params.temperature
+            self.slots.top_k[req_index] = params.top_k if params.top_k and params.top_k > 0 else 0
+            self.slots.top_p[req_index] = params.top_p
+            self.slots.seed[req_index] = seed
 
     def remove_request(self, req_id: str) -> None:
         super().remove_request(req_id)
         slot = self.slot_of.pop(req_id, None)
         if slot is None:  # ids never added (warmup, streaming re-add) are fine
             return
-        self.parked[req_id] = self.codes[slot].clone()
+        self.parked[req_id] = self.slots.codes[slot].clone()
         while len(self.parked) > self.parked_limit:
             self.parked.popitem(last=False)
 
@@ -102,11 +94,14 @@ class TalkerModelState(DefaultModelState):
     def prepare_inputs(self, input_batch, req_states) -> dict:
         inputs = super().prepare_inputs(input_batch, req_states)
         n, padded = input_batch.num_tokens, input_batch.num_tokens_after_padding
-        ends = input_batch.query_start_loc[1 : input_batch.num_reqs + 1]  # [num_reqs]
-        row = torch.searchsorted(ends, torch.arange(n, dtype=ends.dtype, device=ends.device), right=True)
-        slot = input_batch.idx_mapping[row].long()
+        if n == input_batch.num_reqs:  # a decode step: one token a request, in request order
+            slot = input_batch.idx_mapping[:n].long()
+        else:
+            ends = input_batch.query_start_loc[1 : input_batch.num_reqs + 1]  # [num_reqs]
+            row = torch.searchsorted(ends, torch.arange(n, dtype=ends.dtype, device=ends.device), right=True)
+            slot = input_batch.idx_mapping[row].long()
         buffer = self.model.token_codes
-        buffer[:n] = self.codes[slot, input_batch.positions[:n]].long()
+        buffer[:n] = self.slots.codes[slot, input_batch.positions[:n]].long()
         buffer[n:padded] = -1
         return inputs
 
@@ -133,11 +128,9 @@ class TalkerV2Sampler:
         return getattr(self.inner, name)
 
     def __call__(self, logits: torch.Tensor, input_batch):
-        state, model = self.state, self.state.model
+        state = self.state
         n = input_batch.num_reqs
-        slot = input_batch.idx_mapping[:n].long()
-        pos = input_batch.positions[input_batch.logits_indices[:n]].long()  # last input token
-        prompt_len = self.inner.req_states.prompt_len.gpu[slot].long()
+        slot = input_batch.idx_mapping[:n]
         num_sampled, num_rejected = get_num_sampled_and_rejected(
             input_batch.seq_lens.new_ones(n),
             input_batch.seq_lens,
@@ -145,22 +138,16 @@ class TalkerV2Sampler:
             input_batch.idx_mapping,
             self.inner.req_states.prefill_len.gpu,
         )
-        codes, done = state.sample_step(
-            model.last_audio_logits[:n],
-            state.codes[slot, pos].long(),  # the input token's row: the previous step's codes
-            pos + 1 - prompt_len,
-            state.temperature[slot],
-            state.top_k[slot],
-            state.top_p[slot],
-            state.seed[slot],
+        lm_tokens, ids = state.sample_step(
+            state.model.last_audio_logits[:n],
+            slot,
+            input_batch.positions[input_batch.logits_indices[:n]],  # each row's last input token
+            self.inner.req_states.prompt_len.gpu[slot],
+            num_sampled,
         )
-        # Only rows that really sample write: a partial prefill chunk's next position is prompt.
-        keep = (num_sampled > 0)[:, None]
-        state.codes[slot, pos + 1] = torch.where(keep, codes, state.codes[slot, pos + 1].long()).to(torch.int16)
-        lm_tokens = torch.where(done, model.lm_ids[1], model.lm_ids[0])
         return compat.v2_sampler_output(
             sampled_token_ids=lm_tokens[:, None],
-            logprobs_tensors=code_channel.encode(lm_tokens, codes),
+            logprobs_tensors=state.carrier(ids),
             num_sampled=num_sampled,
             num_rejected=num_rejected,
         )
