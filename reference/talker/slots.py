@@ -12,7 +12,7 @@ host synchronisation), so it is correct under async scheduling and inside CUDA g
 previous codes and parameters by slot, runs the talker step (reference/talker/step.py), writes
 the new codes to the position of the token it samples and returns the LM tokens and the code
 channel's ids. Under the switch sampler_cudagraphs it is replayed from CUDA graphs
-(reference/talker/step_graphs.py), which launches about 35 kernels a step fewer than the step alone in graphs.
+(reference/talker/step_graphs.py): about 35 launches a step fewer than with the step alone in graphs.
 """
 
 from __future__ import annotations
