@@ -199,7 +199,7 @@ service = FakeService(speaker=speaker, model_name="m", runner="v1", profile="def
                       admission=Admission(LIMITS, speaker.metrics))
 engine = Engine()
 speaker.api.engine, speaker.api.stage = engine, None  # start() is replaced below: the stage is not warmed
-serve.build_service = lambda args: (service, engine, None, Stop(float(sys.argv[2]), "test.yaml"))
+serve.build_service = lambda args: (service, engine, None, Stop(float(sys.argv[2]), "test.yaml"), 5)
 async def start(*_):
     print("serving", flush=True)
 serve.start = start

@@ -83,6 +83,9 @@ MUTATIONS = [
     ("a pace gate that no longer reads the pace (serving.min_realtime_factor set, a free slot always taken)",
      ADMISSION, "        return floor is None or self.running == 0 or pace is None or pace >= floor\n",
      "        return True\n", ("tests/test_admission_pace.py",)),
+    ("idle connections closed at uvicorn's default 5 s, httpx's keep-alive (a reused one is reset)", MAIN,
+     "                                           timeout_keep_alive=keep_alive,\n", "",
+     serving("test_an_idle_connection_outlives_a_clients_keep_alive")),
 ]
 
 

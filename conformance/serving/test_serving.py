@@ -19,8 +19,10 @@ more (SlowReader), and wait (bounded) for what the server reports.
 """
 
 import base64
+import http.client
 import json
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -174,6 +176,32 @@ def test_metrics_carry_the_names_the_implementation_claims(server):
     carried = server.metric_names()
     missing = [name for name in IMPL.metrics.names if name not in carried]
     assert not missing, f"/metrics lacks {', '.join(missing)}"
+
+
+def test_an_idle_connection_outlives_a_clients_keep_alive(server):
+    """A client's pool reuses a connection that has been idle for up to its keep-alive (httpx: 5 s). A
+    server that closes idle connections no later than that races the request sent on one: it is reset
+    (the client's ReadError) before the server reads it. The connection must still serve after that
+    idle time, on the same socket."""
+    idle_s = httpx.Limits().keepalive_expiry + 1
+    url = httpx.URL(server.url)
+    connection = http.client.HTTPConnection(url.host, url.port, timeout=30)
+    try:
+        connection.request("GET", "/v1/models")
+        first = connection.getresponse()
+        first.read()
+        assert first.status == 200
+        socket_name = connection.sock.getsockname()
+        time.sleep(idle_s)
+        try:
+            connection.request("GET", "/v1/models")
+            second = connection.getresponse()
+            second.read()
+        except (http.client.HTTPException, ConnectionError) as exc:
+            pytest.fail(f"the server closed a connection idle for {idle_s:g} s: the next request on it failed ({exc!r})")
+        assert second.status == 200 and connection.sock.getsockname() == socket_name
+    finally:
+        connection.close()
 
 
 def _still_serving(server) -> None:

@@ -7,7 +7,8 @@ Clients name the model `higgs-audio-v3-tts-4b` (SERVED_MODEL_NAME), whatever fol
 checkpoint, unless --served-model-name says otherwise. SIGTERM or Ctrl-C (SIGINT) stops the server
 gracefully (reference/serve/stop.py): new requests and /health answer 503, the running ones get the
 profile's serving.drain_timeout_s to finish, the rest are cut (SSE: an `error` event), then the
-engine stops and the exit status is 0; a second signal stops at once.
+engine stops and the exit status is 0; a second signal stops at once. An idle connection stays open
+serving.keep_alive_s, longer than clients keep theirs (docs/serving.md).
 The arguments are read before torch, vLLM or the web stack are imported: --help and a bad
 argument answer at once.
 
@@ -46,7 +47,8 @@ from typing import Sequence
 
 
 def build_service(args):
-    """(Service, engine, resolved deployment, Stop) for the parsed arguments; boots the engine (tens of seconds)."""
+    """(Service, engine, resolved deployment, Stop, keep-alive s) for the parsed arguments; boots the engine (tens of
+    seconds)."""
     import torch
 
     from reference.codec.model import load_codec
@@ -68,6 +70,7 @@ def build_service(args):
     deployment = resolve_deployment(args.profile, platform, parse_set(args.sets))
     voices = load_voices(args.voices)
     stop = Stop.from_deployment(deployment)  # before the engine: a profile without the drain limit fails at once
+    keep_alive = keep_alive_s(deployment)  # ... as one without the keep-alive does
     engine = start_async_llm(args.model, deployment.runner, **deployment_engine_kwargs(deployment))
     max_tokens = deployment.default_sampling_params.get("max_tokens", 2048)
     max_model_len = int(deployment.engine_kwargs.get("max_model_len") or engine.model_config.max_model_len)
@@ -97,7 +100,7 @@ def build_service(args):
                          limits.max_ref_audio_seconds),
     )
     logging.getLogger("higgs_ref.serve").info("without stream_format: %s", service.stream_default.header)
-    return service, engine, deployment, stop
+    return service, engine, deployment, stop, keep_alive
 
 
 async def start(engine, deployment, stage) -> None:
@@ -176,6 +179,15 @@ def exit_on_engine_death(server, exits: list[int]) -> None:
     linger.start()
 
 
+def keep_alive_s(deployment) -> int:
+    """How long the server keeps an idle connection open: the profile's serving.keep_alive_s."""
+    serving = deployment.config.get("serving") or {}
+    if "keep_alive_s" not in serving:
+        raise ValueError(f"{deployment.profile}: serving.keep_alive_s is not set: the speech server keeps an idle "
+                         "connection open that long (reference/deploy/profiles/default.yaml sets it)")
+    return int(serving["keep_alive_s"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)  # first: --help and a bad argument need none of the imports below
 
@@ -186,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     logging.basicConfig(level=args.log_level.upper())
     try:
-        service, engine, deployment, stop = build_service(args)
+        service, engine, deployment, stop, keep_alive = build_service(args)
     except ValueError as exc:  # an invalid profile, override or platform
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -194,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = build_app(service, on_startup=lambda: start(engine, deployment, service.speaker.api.stage),
                     on_shutdown=engine.shutdown, on_engine_dead=lambda: exit_on_engine_death(server, exits), stop=stop)
     server = GracefulServer(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                           timeout_keep_alive=keep_alive,
                                            timeout_graceful_shutdown=GRACEFUL_S), stop)
     server.run()  # returns after the stop: GracefulServer does not raise the signal again
     if exits:
