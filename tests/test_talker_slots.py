@@ -82,6 +82,17 @@ def test_a_row_draws_the_same_codes_whatever_batch_it_is_in():
     assert torch.equal(alone.codes[4], batched.codes[4])
 
 
+def test_a_batch_padded_with_zero_rows_draws_and_writes_what_the_batch_alone_does():
+    """What a graph's bucket does to a batch (reference/cuda_graphs.py): zero rows after it."""
+    alone, padded = _slots("cpu", seed=6), _slots("cpu", seed=6)
+    rows = [(2, 14, 10, 1), (5, 21, 12, 1), (0, 17, 9, 1)]
+    inputs = _batch(alone, rows, seed=7)
+    want = alone.sample(*inputs)
+    got = padded.sample(*(torch.cat([x, torch.zeros((5, *x.shape[1:]), dtype=x.dtype)]) for x in inputs))
+    assert all(torch.equal(g[: len(rows)], w) for g, w in zip(got, want))
+    assert torch.equal(padded.codes[:, : padded.discard], alone.codes[:, : alone.discard])
+
+
 def _flat(ids: torch.Tensor):
     """The flat logprobs a request's output holds for these steps (what the caller decodes)."""
 
