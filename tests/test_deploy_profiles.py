@@ -360,3 +360,20 @@ def test_stage_device_reads_the_resolved_stage():
     assert stage_device(cpu, cpu.codec_stage) == "cpu"
     with pytest.raises(ValueError, match="stages.1.devices: 'x' is not a device id"):
         stage_device(cuda, {"stage_id": 1, "devices": "x"})
+
+
+def test_a_serving_setting_the_profile_lacks_is_refused_naming_it_and_its_use():
+    from dataclasses import replace
+
+    from reference.serve.admission import ServingLimits
+    from reference.serve.stop import Stop
+
+    deployment = resolve_deployment("default", "cpu", {})
+    assert deployment.serving_setting("keep_alive_s", "unused") == 75
+    lacking = replace(deployment, config={**deployment.config, "serving": {}})
+    with pytest.raises(ValueError, match=r"serving\.keep_alive_s is not set: it keeps idle connections \(reference/"):
+        lacking.serving_setting("keep_alive_s", "it keeps idle connections")
+    with pytest.raises(ValueError, match=r"serving\.drain_timeout_s is not set: the speech server lets its streams"):
+        Stop.from_deployment(lacking)
+    with pytest.raises(ValueError, match=r"serving\.max_waiting_requests is not set: the speech server bounds its queue"):
+        ServingLimits.from_deployment(lacking)

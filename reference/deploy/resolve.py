@@ -73,6 +73,14 @@ class ResolvedDeployment:
     origins: dict[str, str]  # dotted key -> where its value came from
     warnings: tuple[str, ...]  # already logged once by resolve_deployment
 
+    def serving_setting(self, key: str, use: str) -> Any:
+        """serving.KEY of the effective file; where it is not set, a ValueError naming it and its `use`."""
+        serving = self.config.get("serving") or {}
+        if key not in serving:
+            raise ValueError(f"{self.profile}: serving.{key} is not set: {use} "
+                             "(reference/deploy/profiles/default.yaml sets it)")
+        return serving[key]
+
 
 def _nest(values: Mapping[Path_, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}

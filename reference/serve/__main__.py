@@ -70,7 +70,8 @@ def build_service(args):
     deployment = resolve_deployment(args.profile, platform, parse_set(args.sets))
     voices = load_voices(args.voices)
     stop = Stop.from_deployment(deployment)  # before the engine: a profile without the drain limit fails at once
-    keep_alive = keep_alive_s(deployment)  # ... as one without the keep-alive does
+    keep_alive = int(deployment.serving_setting("keep_alive_s", "the speech server keeps an idle connection open "
+                                                                 "that long"))  # ... as one without it does
     engine = start_async_llm(args.model, deployment.runner, **deployment_engine_kwargs(deployment))
     max_tokens = deployment.default_sampling_params.get("max_tokens", 2048)
     max_model_len = int(deployment.engine_kwargs.get("max_model_len") or engine.model_config.max_model_len)
@@ -177,15 +178,6 @@ def exit_on_engine_death(server, exits: list[int]) -> None:
     linger = threading.Timer(DEAD_LINGER_S, lambda: setattr(server, "should_exit", True))
     linger.daemon = True
     linger.start()
-
-
-def keep_alive_s(deployment) -> int:
-    """How long the server keeps an idle connection open: the profile's serving.keep_alive_s."""
-    serving = deployment.config.get("serving") or {}
-    if "keep_alive_s" not in serving:
-        raise ValueError(f"{deployment.profile}: serving.keep_alive_s is not set: the speech server keeps an idle "
-                         "connection open that long (reference/deploy/profiles/default.yaml sets it)")
-    return int(serving["keep_alive_s"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -77,14 +77,10 @@ class ServingLimits:
     def from_deployment(cls, deployment) -> "ServingLimits":
         """The talker's max_num_seqs and the resolved `serving` section (both queue limits
         required; min_realtime_factor optional)."""
-        serving = deployment.config.get("serving") or {}
-        missing = [k for k in ("max_waiting_requests", "max_queue_wait_s") if k not in serving]
-        if missing:
-            raise ValueError(f"{deployment.profile}: serving.{missing[0]} is not set: the speech server bounds its "
-                             "queue by it (reference/deploy/profiles/default.yaml sets both serving limits)")
-        factor = serving.get("min_realtime_factor")
-        return cls(int(deployment.engine_kwargs["max_num_seqs"]), int(serving["max_waiting_requests"]),
-                   float(serving["max_queue_wait_s"]), deployment.profile,
+        waiting, wait_s = (deployment.serving_setting(k, "the speech server bounds its queue by it")
+                           for k in ("max_waiting_requests", "max_queue_wait_s"))
+        factor = (deployment.config.get("serving") or {}).get("min_realtime_factor")
+        return cls(int(deployment.engine_kwargs["max_num_seqs"]), int(waiting), float(wait_s), deployment.profile,
                    None if factor is None else float(factor))
 
 

@@ -42,11 +42,9 @@ class Stop:
 
     @classmethod
     def from_deployment(cls, deployment) -> "Stop":
-        serving = deployment.config.get("serving") or {}
-        if "drain_timeout_s" not in serving:
-            raise ValueError(f"{deployment.profile}: serving.drain_timeout_s is not set: the speech server lets its "
-                             "streams finish that long when it stops (reference/deploy/profiles/default.yaml sets it)")
-        return cls(float(serving["drain_timeout_s"]), deployment.profile)
+        drain = deployment.serving_setting("drain_timeout_s", "the speech server lets its streams finish that long "
+                                                              "when it stops")
+        return cls(float(drain), deployment.profile)
 
     @property
     def retry_after_s(self) -> int:
