@@ -93,6 +93,22 @@ def test_a_batch_padded_with_zero_rows_draws_and_writes_what_the_batch_alone_doe
     assert torch.equal(padded.codes[:, : padded.discard], alone.codes[:, : alone.discard])
 
 
+def test_admitting_a_request_writes_its_slot_alone():
+    slots, before = _slots("cpu", seed=8), _slots("cpu", seed=8)
+    slots.reset_codes(3, (5, [[7] * NUM_CODEBOOKS, [9] * NUM_CODEBOOKS]))
+    slots.set_sampling(3, 0.6, 40, 0.9, 123)
+    want = torch.full_like(before.codes[3], -1)
+    want[5], want[6] = 7, 9
+    assert torch.equal(slots.codes[3], want)
+    assert (slots.temperature[3].item(), slots.top_k[3].item(), slots.top_p[3].item(), slots.seed[3].item()) == (
+        pytest.approx(0.6), 40, pytest.approx(0.9), 123)
+    for name in ("codes", "temperature", "top_k", "top_p", "seed"):
+        mine, theirs = getattr(slots, name), getattr(before, name)
+        assert torch.equal(torch.cat([mine[:3], mine[4:]]), torch.cat([theirs[:3], theirs[4:]])), name
+    slots.reset_codes(3)
+    assert (slots.codes[3] == -1).all()
+
+
 def _flat(ids: torch.Tensor):
     """The flat logprobs a request's output holds for these steps (what the caller decodes)."""
 
@@ -120,3 +136,20 @@ def test_on_cuda_the_replayed_step_over_slots_draws_and_writes_what_the_eager_on
     graphs(*_batch(replayed, [(2, 30, 10, 1)], seed=10))
     assert torch.equal(first[1], eager.sample(*_batch(eager, [(1, 30, 10, 1)], seed=9))[1]), \
         "a result outlives the next replay"
+
+
+@pytest.mark.gpu
+def test_on_cuda_admitting_a_request_never_waits_for_the_device():
+    """An engine step that admits a request must not wait for the step in flight: CUDA's sync debug
+    mode raises on any synchronising call, as it does on a Python number assigned into the slot."""
+    slots = _slots("cuda", seed=11)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        slots.reset_codes(2, (4, [[5] * NUM_CODEBOOKS] * 3))
+        slots.set_sampling(2, 0.8, 30, 0.95, 77)
+        with pytest.raises(RuntimeError):
+            slots.temperature[2] = 0.8
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert slots.codes[2, 4:7].eq(5).all() and slots.codes[2, 7:].eq(-1).all()
+    assert (slots.top_k[2].item(), slots.seed[2].item()) == (30, 77)

@@ -65,21 +65,17 @@ class TalkerModelState(DefaultModelState):
         if parked is not None:  # resumed after preemption: the generated rows come back
             self.slots.codes[req_index].copy_(parked)
         else:
-            self.slots.codes[req_index].fill_(-1)
             ref_start, rows = code_channel.reference_rows(params) if params is not None else (None, [])
+            reference = None
             if rows:
-                slots = reference_slots(len(prompt), ref_start, len(rows))
-                self.slots.codes[req_index, slots.start : slots.stop] = torch.tensor(
-                    rows, dtype=torch.int16, device=self.slots.codes.device
-                )
+                reference = (reference_slots(len(prompt), ref_start, len(rows)).start, rows)
             elif len(new_req_data.prefill_token_ids or prompt) > len(prompt):
                 raise RuntimeError(f"request {req_id} resumed with outputs but its code rows were never parked")
+            self.slots.reset_codes(req_index, reference)
         if params is not None:
+            top_k = params.top_k if params.top_k and params.top_k > 0 else 0
             seed = code_channel.request_seed(params, self.rng)
-            self.slots.temperature[req_index] = params.temperature
-            self.slots.top_k[req_index] = params.top_k if params.top_k and params.top_k > 0 else 0
-            self.slots.top_p[req_index] = params.top_p
-            self.slots.seed[req_index] = seed
+            self.slots.set_sampling(req_index, params.temperature, top_k, params.top_p, seed)
 
     def remove_request(self, req_id: str) -> None:
         super().remove_request(req_id)
